@@ -1,0 +1,265 @@
+"""model.py against transformers' own implementations (test-only reference), packing, caching, loading errors."""
+import json
+import shutil
+
+import pytest
+import torch
+
+import model as M
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-4
+
+
+def hf_config(model_type, **over):
+    """Random tiny configs in transformers' classes: several layer types, experts, both RoPE kinds."""
+    base = dict(vocab_size=97, hidden_size=48, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=80, max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if model_type == "lfm2":
+        cfg = transformers.Lfm2Config(**base, conv_L_cache=3, full_attn_idxs=[1, 4], block_multiple_of=16,
+                                      block_ffn_dim_multiplier=1.5, block_auto_adjust_ff_dim=True)
+    elif model_type == "lfm2_moe":
+        cfg = transformers.Lfm2MoeConfig(**base, moe_intermediate_size=24, num_dense_layers=2, num_experts=6,
+                                         num_experts_per_tok=3, routed_scaling_factor=1.7,
+                                         layer_types=["conv", "full_attention", "conv", "conv", "full_attention",
+                                                      "conv"])
+    elif model_type == "lfm3":
+        cfg = transformers.Lfm3Config(**{**base, "pad_token_id": 0}, head_dim=16, sliding_window=5, conv_L_cache=4,
+                                      layer_types=["conv", "sliding_attention", "full_attention", "conv",
+                                                   "sliding_attention", "full_attention"])
+    elif model_type == "qwen3":
+        cfg = transformers.Qwen3Config(**base, head_dim=16, tie_word_embeddings=False)
+    elif model_type == "llama":
+        cfg = transformers.LlamaConfig(**base, tie_word_embeddings=False,
+                                       rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                        "original_max_position_embeddings": 64})
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def save_hf(tmp_path, model_type, seed=0, **over):
+    torch.manual_seed(seed)
+    cfg = hf_config(model_type, **over)
+    ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():   # non-trivial norms, conv, expert bias: defaults would hide mistakes
+        for n, p in ref.named_parameters():
+            if "norm" in n:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0, 0.1)
+        for n, b in ref.named_buffers():
+            if n.endswith("expert_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+    ref.save_pretrained(tmp_path)
+    return ref, M.load_model(tmp_path, dtype=torch.float32, device="cpu")
+
+
+FAMILIES = ["lfm2", "lfm2_moe", "lfm3", "qwen3", "llama"]
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_logits_match_transformers(tmp_path, model_type):
+    ref, ours = save_hf(tmp_path, model_type)
+    ids = torch.randint(3, 97, (2, 23))          # longer than LFM3's sliding window (5)
+    with torch.no_grad():
+        want = ref(ids).logits
+        got = ours(ids)
+    assert got.shape == want.shape
+    assert (got - want).abs().max().item() <= TOL
+
+
+def test_lfm3_gate_proj_name_on_disk_is_accepted(tmp_path):
+    ref, _ = save_hf(tmp_path, "lfm3")
+    from safetensors.torch import load_file, save_file
+    sd = load_file(tmp_path / "model.safetensors")
+    sd = {k.replace(".self_attn.g_proj.", ".self_attn.gate_proj."): v for k, v in sd.items()}
+    save_file(sd, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ours = M.load_model(tmp_path, dtype=torch.float32, device="cpu")
+    ids = torch.randint(3, 97, (1, 9))
+    with torch.no_grad():
+        assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_packed_forward_equals_separate_forwards(tmp_path, model_type):
+    _, ours = save_hf(tmp_path, model_type)
+    lens = [11, 3, 17, 1, 9]                     # longer and shorter than the sliding window and conv kernel
+    seqs = [torch.randint(3, 97, (n,)) for n in lens]
+    packed = torch.cat(seqs)[None]
+    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    with torch.no_grad():
+        got = ours(packed, position_ids=pos)[0]
+        want = torch.cat([ours(s[None])[0] for s in seqs])
+    assert (got - want).abs().max().item() <= TOL
+
+
+def test_packed_backward_matches_separate(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm3")
+    ours.requires_grad_(True)
+    lens = [7, 12]
+    seqs = [torch.randint(3, 97, (n,)) for n in lens]
+    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    ours(torch.cat(seqs)[None], position_ids=pos).logsumexp(-1).sum().backward()
+    g_packed = {n: p.grad.clone() for n, p in ours.named_parameters()}
+    ours.zero_grad()
+    sum(ours(s[None]).logsumexp(-1).sum() for s in seqs).backward()
+    for n, p in ours.named_parameters():
+        assert torch.allclose(p.grad, g_packed[n], atol=1e-4), n
+
+
+def test_gradient_checkpointing_gives_same_gradients(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm2")
+    ours.train()
+    ours.requires_grad_(True)
+    ids = torch.randint(3, 97, (1, 20))
+    ours(ids).logsumexp(-1).sum().backward()
+    g0 = {n: p.grad.clone() for n, p in ours.named_parameters()}
+    ours.zero_grad()
+    ours.gradient_checkpointing = True
+    ours(ids).logsumexp(-1).sum().backward()
+    for n, p in ours.named_parameters():
+        assert torch.allclose(p.grad, g0[n], atol=1e-5), n
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_cached_decode_equals_full_forward(tmp_path, model_type):
+    _, ours = save_hf(tmp_path, model_type)
+    ids = torch.randint(3, 97, (2, 21))
+    with torch.no_grad():
+        full = ours(ids)
+        cache = ours.new_cache(2, capacity=4)     # small capacity: growth is exercised
+        steps = [ours(ids[:, :6], cache=cache)]   # prefill, then a chunk, then single tokens
+        steps.append(ours(ids[:, 6:9], cache=cache))
+        steps += [ours(ids[:, t:t + 1], cache=cache) for t in range(9, 21)]
+    got = torch.cat(steps, 1)
+    assert (got - full).abs().max().item() <= TOL
+
+
+def test_cache_rows_at_different_lengths(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm3")
+    a, b = torch.randint(3, 97, (14,)), torch.randint(3, 97, (8,))
+    with torch.no_grad():
+        ca, cb = ours.new_cache(1), ours.new_cache(1)
+        ours(a[None, :10], cache=ca)
+        ours(b[None, :4], cache=cb)
+        both = ours.new_cache(2)   # a batch whose rows sit at lengths 10 and 4
+        for i, c in enumerate((ca, cb)):
+            for layer, (k, v) in c.kv.items():
+                both.kv[layer][0][i, :, :k.shape[2]] = k[0, :, :both.kv[layer][0].shape[2]]
+                both.kv[layer][1][i, :, :v.shape[2]] = v[0, :, :both.kv[layer][1].shape[2]]
+            for layer, s in c.state.items():
+                both.state[layer][i] = s[0]
+        both.lengths = torch.tensor([10, 4])
+        got = ours(torch.stack([a[10:14], b[4:8]]), cache=both)
+        want_a, want_b = ours(a[None])[0, 10:14], ours(b[None])[0, 4:8]
+    assert (got[0] - want_a).abs().max() <= TOL and (got[1] - want_b).abs().max() <= TOL
+
+
+def test_generate_is_seeded_and_logprobs_are_the_sampled_distribution(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm2")
+    prompt = [5, 6, 7, 8]
+    a = ours.generate(prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    b = ours.generate(prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    assert a == b and len(a[0]) == 8
+    with torch.no_grad():
+        logits = ours(torch.tensor([prompt + a[0]]))[0, len(prompt) - 1:-1] / 0.7
+    lp = torch.log_softmax(logits, -1)
+    for i, (tok, got) in enumerate(zip(*a)):
+        p = lp[i].exp()
+        ps, idx = p.sort(descending=True)
+        keep = idx[(ps.cumsum(0) - ps) < 0.9]
+        assert tok in keep.tolist()
+        assert abs(got - (lp[i, tok] - torch.logsumexp(lp[i, keep], 0)).item()) < 1e-4
+
+
+# ----------------------------------------------------------------------------- errors
+
+def test_unknown_model_type_is_refused_with_the_supported_list(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "hidden_size": 8}))
+    with pytest.raises(M.CheckpointError, match=r"gpt2.*lfm2, lfm2_moe, lfm3, llama, qwen3"):
+        M.load_model(tmp_path)
+
+
+def test_missing_weights_file_is_named(tmp_path):
+    save_hf(tmp_path, "lfm2")
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(M.CheckpointError, match="no model.safetensors"):
+        M.load_model(tmp_path)
+
+
+def test_missing_config_is_named(tmp_path):
+    with pytest.raises(M.CheckpointError, match="no config.json"):
+        M.load_model(tmp_path)
+
+
+def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
+    torch.manual_seed(0)
+    ref = transformers.AutoModelForCausalLM.from_config(hf_config("lfm3")).eval()
+    ref.save_pretrained(tmp_path, max_shard_size="40KB")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
+    ours = M.load_model(tmp_path, device="cpu")
+    ids = torch.randint(3, 97, (1, 12))
+    with torch.no_grad():
+        assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
+    shards[-1].unlink()
+    with pytest.raises(M.CheckpointError, match=shards[-1].name):
+        M.load_model(tmp_path)
+
+
+def test_shape_mismatch_in_a_shard_names_tensor_and_file(tmp_path):
+    save_hf(tmp_path, "lfm2")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["num_key_value_heads"] = 4     # k_proj/v_proj now disagree with the weights
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(M.CheckpointError, match=r"model.safetensors: tensor model\.layers\.\d+\.self_attn\.k_proj"):
+        M.load_model(tmp_path)
+
+
+def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
+    save_hf(tmp_path, "lfm2")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(M.CheckpointError, match="missing tensors: lm_head.weight"):
+        M.load_model(tmp_path)
+
+
+def test_lfm2_legacy_config_keys(tmp_path):
+    """block_ff_dim, full_attn_idxs, tie_embedding and a top-level rope_theta, as older LFM2 configs write them."""
+    ref, _ = save_hf(tmp_path, "lfm2")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["block_ff_dim"] = cfg.pop("intermediate_size")
+    cfg["full_attn_idxs"] = [i for i, t in enumerate(cfg.pop("layer_types")) if t == "full_attention"]
+    cfg["tie_embedding"] = cfg.pop("tie_word_embeddings")
+    cfg["rope_theta"] = cfg.pop("rope_parameters")["rope_theta"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ours = M.load_model(tmp_path, device="cpu")
+    ids = torch.randint(3, 97, (1, 10))
+    with torch.no_grad():
+        assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
+
+
+# ----------------------------------------------------------------------------- resolve_model
+
+def test_resolve_model_finds_a_hf_cache_snapshot(tmp_path, monkeypatch):
+    snap = tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs").mkdir()
+    (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert M.resolve_model("LFM3-1.7B") == snap
+    assert M.resolve_model("LiquidAI/LFM3-1.7B") == snap
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert M.resolve_model("LFM3-1.7B") == snap
+
+
+def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(M.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
+        M.resolve_model("LFM3-1.7B")
