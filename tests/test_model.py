@@ -263,3 +263,36 @@ def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeyp
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(M.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
         M.resolve_model("LFM3-1.7B")
+
+
+# ----------------------------------------------------------------------------- tiny checkpoints
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_type):
+    M.write_tiny_checkpoint(tmp_path, model_type, seed=1)
+    ours = M.load_model(tmp_path, device="cpu")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids = torch.randint(3, ours.config.vocab_size, (1, 19))
+    with torch.no_grad():
+        assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
+
+
+def test_tiny_checkpoint_is_deterministic_per_seed(tmp_path):
+    from safetensors.torch import load_file
+    a = load_file(M.write_tiny_checkpoint(tmp_path / "a", "lfm3", seed=0) / "model.safetensors")
+    b = load_file(M.write_tiny_checkpoint(tmp_path / "b", "lfm3", seed=0) / "model.safetensors")
+    c = load_file(M.write_tiny_checkpoint(tmp_path / "c", "lfm3", seed=1) / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_tiny_checkpoint_chat_round_trip(tmp_path):
+    """The tiny checkpoint's tokenizer, template and model work together: render, generate, decode."""
+    from chat import ChatFormat
+    M.write_tiny_checkpoint(tmp_path, "lfm3")
+    fmt, ours = ChatFormat.from_checkpoint(tmp_path), M.load_model(tmp_path, device="cpu")
+    ids = fmt.render([{"role": "user", "content": "hi"}])
+    out, lps = ours.generate(ids, max_new_tokens=5, temperature=0, seed=0)
+    assert len(out) == len(lps) and all(lp <= 0 for lp in lps)
+    assert max(ids + out) < ours.config.vocab_size
+    assert isinstance(fmt.decode(out), str)

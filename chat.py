@@ -1,0 +1,502 @@
+"""Chat formats: render a conversation + tools with the checkpoint's own chat template, and parse the
+model's text back into content / tool calls.
+
+- `ChatFormat.from_checkpoint(dir)` loads `tokenizer.json` (the `tokenizers` library) and the Jinja chat
+  template (`chat_template.jinja`, else `tokenizer_config.json["chat_template"]`) and renders it the way
+  transformers' `apply_chat_template` does (sandboxed Jinja, trim/lstrip blocks, its `tojson`,
+  `raise_exception`, `strftime_now`, `{% generation %}`). Like vLLM, tool-call `arguments` given as a
+  JSON string are parsed into a dict before rendering, so every template sees the same thing.
+- `.parse(text)` splits generated text into content and OpenAI-shaped tool calls, in one of three
+  formats: LFM2's pythonic `<|tool_call_start|>[f(a="x")]<|tool_call_end|>`, LFM3's XML
+  `<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>\\n</tool_call>` and the
+  Qwen3/Hermes JSON `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Malformed calls
+  stay in the content as text; parsing never raises. `<think>` reasoning: `.parse_reasoning(text)`.
+- `write_tiny_tokenizer(dir, model_type)` writes an offline byte-level BPE tokenizer plus a chat
+  template in the family's real format, for tiny test checkpoints. Templates are written here after
+  the real ones: LFM2 after llama.cpp's `models/templates/llama-cpp-lfm2.jinja` (tool list / tool
+  response markers) and LFM2.5's (`LFM2.5-8B-A1B.jinja`: pythonic rendering of dict arguments,
+  `{% generation %}`); the dense family after Qwen3's template. No public LFM3 template was found,
+  so LFM3 uses the LFM im_start/im_end framing with Qwen3-Coder / Qwen3.5-style XML tool calls.
+
+Left out: streaming (incremental) parsing, control-token sanitising of user text (transformers'
+`sanitize_control_tokens`, off by default there too), multimodal content (only text parts render),
+`continue_final_message`, and JSON-schema-guided decoding.
+"""
+import ast
+import copy
+import json
+import re
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+# ----------------------------------------------------------------------------- templates
+_TEXT_MACRO = r"""{%- macro text(c) -%}
+{%- if c is string -%}{{- c -}}
+{%- elif c is iterable and c is not mapping -%}{%- for p in c -%}{{- p.text if p.type == "text" else "" -}}{%- endfor -%}
+{%- endif -%}
+{%- endmacro -%}
+"""
+
+LFM2_TEMPLATE = _TEXT_MACRO + r"""{{- bos_token -}}
+{%- macro py(v) -%}
+{%- if v is iterable -%}{{- v | tojson -}}{#- strings, lists, dicts: JSON; numbers, True/False/None: Python -#}
+{%- else -%}{{- v | string -}}
+{%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(system="") -%}
+{%- if messages[0].role == "system" -%}
+{%- set ns.system = text(messages[0].content) -%}
+{%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if tools -%}
+{%- set ns.system = ns.system + ("\n" if ns.system else "") + "List of tools: <|tool_list_start|>[" -%}
+{%- for tool in tools -%}
+{%- set ns.system = ns.system + (tool if tool is string else tool | tojson) + ("" if loop.last else ", ") -%}
+{%- endfor -%}
+{%- set ns.system = ns.system + "]<|tool_list_end|>" -%}
+{%- endif -%}
+{%- if ns.system -%}{{- "<|im_start|>system\n" + ns.system + "<|im_end|>\n" -}}{%- endif -%}
+{%- for message in messages -%}
+{{- "<|im_start|>" + message.role + "\n" -}}
+{%- if message.role == "assistant" -%}
+{%- generation -%}
+{{- text(message.content) -}}
+{%- if message.tool_calls -%}
+{{- "<|tool_call_start|>[" -}}
+{%- for call in message.tool_calls -%}
+{%- set f = call.function if call.function is defined else call -%}
+{%- if f.arguments is not mapping -%}{{- raise_exception("tool call arguments of " + f.name + " must be a mapping; parse the JSON string first") -}}{%- endif -%}
+{{- f.name + "(" -}}
+{%- for k, v in f.arguments.items() -%}{{- k + "=" + py(v) + ("" if loop.last else ", ") -}}{%- endfor -%}
+{{- ")" + ("" if loop.last else ", ") -}}
+{%- endfor -%}
+{{- "]<|tool_call_end|>" -}}
+{%- endif -%}
+{{- "<|im_end|>\n" -}}
+{%- endgeneration -%}
+{%- elif message.role == "tool" -%}
+{{- "<|tool_response_start|>" + text(message.content) + "<|tool_response_end|><|im_end|>\n" -}}
+{%- else -%}
+{{- text(message.content) + "<|im_end|>\n" -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- "<|im_start|>assistant\n" -}}{%- endif -%}
+"""
+
+_REASONING = r"""{%- set ns = namespace(last_user=-1) -%}
+{%- for message in messages -%}{%- if message.role == "user" -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}{%- endfor -%}
+"""
+
+_THINK = r"""{%- if message.reasoning_content is string and message.reasoning_content and loop.index0 > ns.last_user -%}
+{{- "<think>\n" + message.reasoning_content.strip("\n") + "\n</think>\n\n" -}}
+{%- endif -%}
+"""
+
+_GEN_PROMPT = r"""{%- if add_generation_prompt -%}
+{{- "<|im_start|>assistant\n" -}}
+{%- if enable_thinking is defined and enable_thinking is false -%}{{- "<think>\n\n</think>\n\n" -}}{%- endif -%}
+{%- endif -%}
+"""
+
+LFM3_TEMPLATE = _TEXT_MACRO + r"""{{- bos_token -}}
+{%- set sys = namespace(text="") -%}
+{%- if messages[0].role == "system" -%}
+{%- set sys.text = text(messages[0].content) -%}
+{%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if tools -%}
+{%- set sys.text = sys.text + ("\n\n" if sys.text else "") + "# Tools\n\nYou have access to the following functions:\n\n<tools>" -%}
+{%- for tool in tools -%}{%- set sys.text = sys.text + "\n" + (tool | tojson) -%}{%- endfor -%}
+{%- set sys.text = sys.text + "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n</function>\n</tool_call>" -%}
+{%- endif -%}
+{%- if sys.text -%}{{- "<|im_start|>system\n" + sys.text + "<|im_end|>\n" -}}{%- endif -%}
+""" + _REASONING + r"""{%- for message in messages -%}
+{{- "<|im_start|>" + message.role + "\n" -}}
+{%- if message.role == "assistant" -%}
+""" + _THINK + r"""{%- set content = text(message.content) -%}
+{{- content -}}
+{%- for call in message.tool_calls or [] -%}
+{%- set f = call.function if call.function is defined else call -%}
+{%- if f.arguments is not mapping -%}{{- raise_exception("tool call arguments of " + f.name + " must be a mapping; parse the JSON string first") -}}{%- endif -%}
+{{- ("\n" if content or not loop.first else "") + "<tool_call>\n<function=" + f.name + ">\n" -}}
+{%- for k, v in f.arguments.items() -%}
+{{- "<parameter=" + k + ">\n" + (v if v is string else v | tojson) + "\n</parameter>\n" -}}
+{%- endfor -%}
+{{- "</function>\n</tool_call>" -}}
+{%- endfor -%}
+{{- "<|im_end|>\n" -}}
+{%- else -%}
+{{- text(message.content) + "<|im_end|>\n" -}}
+{%- endif -%}
+{%- endfor -%}
+""" + _GEN_PROMPT
+
+QWEN3_TEMPLATE = _TEXT_MACRO + r"""{%- if tools -%}
+{{- "<|im_start|>system\n" -}}
+{%- if messages[0].role == "system" -%}{{- text(messages[0].content) + "\n\n" -}}{%- endif -%}
+{{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" -}}
+{%- for tool in tools -%}{{- "\n" + (tool | tojson) -}}{%- endfor -%}
+{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' -}}
+{%- elif messages[0].role == "system" -%}
+{{- "<|im_start|>system\n" + text(messages[0].content) + "<|im_end|>\n" -}}
+{%- endif -%}
+""" + _REASONING + r"""{%- for message in messages -%}
+{%- if message.role == "user" or (message.role == "system" and not loop.first) -%}
+{{- "<|im_start|>" + message.role + "\n" + text(message.content) + "<|im_end|>\n" -}}
+{%- elif message.role == "assistant" -%}
+{{- "<|im_start|>assistant\n" -}}
+""" + _THINK + r"""{%- set content = text(message.content) -%}
+{{- content -}}
+{%- for call in message.tool_calls or [] -%}
+{%- set f = call.function if call.function is defined else call -%}
+{{- ("\n" if content or not loop.first else "") + '<tool_call>\n{"name": "' + f.name + '", "arguments": ' -}}
+{{- (f.arguments if f.arguments is string else f.arguments | tojson) + "}\n</tool_call>" -}}
+{%- endfor -%}
+{{- "<|im_end|>\n" -}}
+{%- elif message.role == "tool" -%}
+{%- if loop.first or loop.previtem.role != "tool" -%}{{- "<|im_start|>user" -}}{%- endif -%}
+{{- "\n<tool_response>\n" + text(message.content) + "\n</tool_response>" -}}
+{%- if loop.last or loop.nextitem.role != "tool" -%}{{- "<|im_end|>\n" -}}{%- endif -%}
+{%- endif -%}
+{%- endfor -%}
+""" + _GEN_PROMPT
+
+# ----------------------------------------------------------------------------- tiny tokenizers
+_LFM_SPECIAL = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|fim_pre|>", "<|fim_mid|>", "<|fim_suf|>",
+                "<|im_start|>", "<|im_end|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>",
+                "<|tool_call_end|>", "<|tool_response_start|>", "<|tool_response_end|>"]
+_LFM2 = dict(template=LFM2_TEMPLATE, special=_LFM_SPECIAL, added=["<think>", "</think>"],
+             bos="<|startoftext|>", eos="<|im_end|>", pad="<|pad|>")
+_LFM3 = dict(template=LFM3_TEMPLATE, special=_LFM_SPECIAL[:3] + _LFM_SPECIAL[6:8],
+             added=["<think>", "</think>", "<tool_call>", "</tool_call>"],
+             bos="<|startoftext|>", eos="<|im_end|>", pad="<|pad|>")
+_DENSE = dict(template=QWEN3_TEMPLATE, special=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+              added=["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"],
+              bos=None, eos="<|im_end|>", pad="<|endoftext|>")  # Qwen3: no BOS in the template
+FAMILIES = {"lfm2": _LFM2, "lfm2_moe": _LFM2, "lfm3": _LFM3, "llama": _DENSE, "qwen3": _DENSE}
+TINY_MERGES = 400
+
+_CORPUS = """The quick brown fox jumps over the lazy dog. You are a helpful coding assistant that reads files,
+runs commands and edits code until the tests pass. Please fix the failing test in the repository.
+I will read the file first, then run the tests. The function returns the wrong value when the list is empty.
+def read_file(path, offset=0, limit=None):
+    with open(path, encoding="utf-8") as f:
+        return f.read()[offset:limit]
+class Solution:
+    def __init__(self, values):
+        self.values = list(values)
+    def total(self):
+        return sum(x for x in self.values if x is not None)
+for i in range(10):
+    if i % 2 == 0:
+        print(f"even {i}")
+import os, sys, json
+from pathlib import Path
+{"name": "bash", "arguments": {"command": "ls -la && python -m pytest -q tests/", "timeout": 120}}
+{"type": "function", "function": {"name": "edit", "description": "Replace text in a file",
+ "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"},
+ "new": {"type": "string"}}, "required": ["path", "old", "new"]}}}
+$ git status && git diff --stat && cat README.md | head -n 20
+ERROR: test_total failed: assert 3 == 4. Traceback (most recent call last): File "solution.py", line 12
+The answer is correct. All 12 tests passed in 0.31s. Done: the fix handles empty input and None values.
+"""
+
+
+def write_tiny_tokenizer(dir, model_type: str) -> dict:
+    """Write `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` for a tiny checkpoint."""
+    if model_type not in FAMILIES:
+        raise ValueError(f"unknown model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
+    fam, dir = FAMILIES[model_type], Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(fam["special"]) + 256 + TINY_MERGES, show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in fam["special"]],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([_CORPUS], trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in fam["added"]])
+    tok.save(str(dir / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": fam["bos"], "eos_token": fam["eos"],
+              "pad_token": fam["pad"], "clean_up_tokenization_spaces": False, "model_max_length": 32768}
+    (dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (dir / "chat_template.jinja").write_text(fam["template"])
+    ids = {name: tok.token_to_id(fam[name] or fam["pad"]) for name in ("bos", "eos", "pad")}
+    return {"vocab_size": tok.get_vocab_size(), "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["pad"]}
+
+
+# ----------------------------------------------------------------------------- rendering
+class _Generation(jinja2.ext.Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (marks assistant text); renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
+def _raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def compile_template(source: str, name: str = "chat template") -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(source)
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        raise ValueError(f"{name}: invalid Jinja chat template (line {e.lineno}): {e.message}") from None
+
+
+def _prepare(messages: list[dict]) -> list[dict]:
+    """What transformers and vLLM do before rendering: drop None values, alias the reasoning field,
+    and turn JSON-string tool-call arguments into dicts (vLLM's `_postprocess_messages`)."""
+    out = []
+    for message in copy.deepcopy(list(messages)):
+        message = {k: v for k, v in message.items() if v is not None}
+        reasoning = next((message[k] for k in ("reasoning_content", "thinking", "reasoning") if k in message), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        if message.get("role") == "assistant" and "tool_calls" in message:
+            if not message["tool_calls"]:
+                del message["tool_calls"]
+            for call in message.get("tool_calls", []):
+                f = call.get("function", call)
+                args = f.get("arguments")
+                if not args:
+                    f["arguments"] = {}
+                elif isinstance(args, str):
+                    try:
+                        f["arguments"] = json.loads(args)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"tool call {f.get('name')!r}: arguments are not valid JSON: {e}") from None
+        out.append(message)
+    return out
+
+
+# ----------------------------------------------------------------------------- parsing
+_LITERAL_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+def _literal(node):
+    """A Python literal, also accepting JSON's true/false/null; anything else raises ValueError."""
+    if isinstance(node, ast.Name):
+        if node.id in _LITERAL_NAMES:
+            return _LITERAL_NAMES[node.id]
+        raise ValueError(f"not a literal: {node.id}")
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("** in a dict literal")
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    return ast.literal_eval(node)
+
+
+def _parse_pythonic(body: str, schemas: dict) -> list:
+    tree = ast.parse(body.strip(), mode="eval").body
+    calls = tree.elts if isinstance(tree, ast.List) else [tree]
+    if not calls:
+        raise ValueError("empty call list")
+    out = []
+    for call in calls:
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
+            raise ValueError("expected name(key=value, ...)")
+        if any(kw.arg is None for kw in call.keywords):
+            raise ValueError("** in a call")
+        out.append((call.func.id, {kw.arg: _literal(kw.value) for kw in call.keywords}))
+    return out
+
+
+_XML_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.S)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.S)
+
+
+def _xml_value(value: str, schema: dict):
+    value = value[1:] if value.startswith("\n") else value
+    value = value[:-1] if value.endswith("\n") else value
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if value == "null" and "null" in kinds:
+        return None
+    if kind is None or "string" in kinds:
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _parse_xml(body: str, schemas: dict) -> list:
+    m = _XML_FUNCTION.fullmatch(body)
+    if not m or _XML_PARAMETER.sub("", m.group(2)).strip():
+        raise ValueError("expected <function=...> with <parameter=...> blocks")
+    name, props = m.group(1).strip(), schemas.get(m.group(1).strip(), {})
+    return [(name, {p.group(1).strip(): _xml_value(p.group(2), props.get(p.group(1).strip(), {}))
+                    for p in _XML_PARAMETER.finditer(m.group(2))})]
+
+
+def _parse_json(body: str, schemas: dict) -> list:
+    obj = json.loads(body)
+    args = obj.get("arguments", obj.get("parameters", {}))
+    args = json.loads(args) if isinstance(args, str) else args
+    if not isinstance(obj.get("name"), str) or not isinstance(args, dict):
+        raise ValueError("expected {'name': str, 'arguments': object}")
+    return [(obj["name"], args)]
+
+
+# format -> (block start, block end, body parser)
+TOOL_FORMATS = {
+    "pythonic": ("<|tool_call_start|>", "<|tool_call_end|>", _parse_pythonic),
+    "xml": ("<tool_call>", "</tool_call>", _parse_xml),
+    "json": ("<tool_call>", "</tool_call>", _parse_json),
+}
+_FORMAT_BY_MODEL_TYPE = {"lfm2": "pythonic", "lfm2_moe": "pythonic", "lfm2_vl": "pythonic",
+                         "lfm3": "xml", "lfm3_vl": "xml"}
+
+
+def detect_tool_format(template: str, model_type: str | None = None) -> str:
+    """The template's own markers decide; else the model family; else Hermes/Qwen JSON."""
+    if "<|tool_call_start|>" in template or "<|tool_list_start|>" in template:
+        return "pythonic"
+    if "<function=" in template:
+        return "xml"
+    if "<tool_call>" in template:
+        return "json"
+    return _FORMAT_BY_MODEL_TYPE.get(model_type, "json")
+
+
+def _tool_schemas(tools) -> dict:
+    """{function name: {parameter name: JSON schema}} from OpenAI-style tool definitions."""
+    out = {}
+    for tool in tools or []:
+        f = tool.get("function", tool) if isinstance(tool, dict) else {}
+        params = f.get("parameters") or {}
+        if isinstance(f.get("name"), str) and isinstance(params.get("properties"), dict):
+            out[f["name"]] = params["properties"]
+    return out
+
+
+# ----------------------------------------------------------------------------- ChatFormat
+class ChatFormat:
+    """A checkpoint's tokenizer + chat template + tool-call format."""
+
+    def __init__(self, tokenizer: Tokenizer, template: str, special_tokens: dict, tool_format: str,
+                 eos_token_ids=(), template_name: str = "chat template"):
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"unknown tool format {tool_format!r}; known: {', '.join(TOOL_FORMATS)}")
+        self.tokenizer, self.template, self.tool_format = tokenizer, template, tool_format
+        self.special_tokens = {k: v for k, v in special_tokens.items() if v is not None}
+        self.bos_token, self.eos_token = self.special_tokens.get("bos_token"), self.special_tokens.get("eos_token")
+        self._compiled = compile_template(template, template_name)
+        stops = {self.eos_token, "<|im_end|>"}
+        self.eos_token_ids = {tokenizer.token_to_id(t) for t in stops if t} - {None} | set(eos_token_ids)
+        self.stop_strings = sorted({tokenizer.id_to_token(i) for i in self.eos_token_ids} - {None}, key=len)[::-1]
+
+    @classmethod
+    def from_checkpoint(cls, path) -> "ChatFormat":
+        path = Path(path)
+        tokenizer_file = path / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise FileNotFoundError(f"{tokenizer_file}: tokenizer.json not found in the checkpoint")
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        config_file, template_file = path / "tokenizer_config.json", path / "chat_template.jinja"
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        if template_file.is_file():
+            template, name = template_file.read_text(), str(template_file)
+        else:
+            template, name = config.get("chat_template"), str(config_file)
+            if isinstance(template, list):  # [{"name": ..., "template": ...}]
+                template = {t["name"]: t["template"] for t in template}.get("default")
+            if not isinstance(template, str):
+                raise FileNotFoundError(f"{template_file}: no chat template (nor a 'chat_template' in {config_file})")
+        special = {}
+        for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+            value = config.get(key)
+            special[key] = value.get("content") if isinstance(value, dict) else value
+        model_config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+        eos_ids = []
+        for file in (path / "generation_config.json", path / "config.json"):
+            value = json.loads(file.read_text()).get("eos_token_id") if file.is_file() else None
+            eos_ids += value if isinstance(value, list) else [value] if isinstance(value, int) else []
+        return cls(tokenizer, template, special, detect_tool_format(template, model_config.get("model_type")),
+                   eos_ids, name)
+
+    # --- rendering
+    def render_text(self, messages: list[dict], tools: list[dict] | None = None,
+                    add_generation_prompt: bool = True, **template_kwargs) -> str:
+        if not messages:
+            raise ValueError("cannot render an empty conversation")
+        return self._compiled.render(messages=_prepare(messages), tools=tools, documents=None,
+                                     add_generation_prompt=add_generation_prompt,
+                                     **{**self.special_tokens, **template_kwargs})
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None,
+               add_generation_prompt: bool = True, **template_kwargs) -> list[int]:
+        return self.encode(self.render_text(messages, tools, add_generation_prompt, **template_kwargs))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    # --- parsing
+    def parse_reasoning(self, text: str) -> tuple[str | None, str]:
+        """(reasoning, rest): the text before `</think>` (an opening `<think>` is optional) is reasoning;
+        an unclosed `<think>` makes everything after it reasoning."""
+        if "</think>" in text:
+            reasoning, _, rest = text.partition("</think>")
+            head, tag, tail = reasoning.partition("<think>")
+            return (tail if tag else head).strip(), ((head if tag else "") + rest).lstrip("\n")
+        head, tag, tail = text.partition("<think>")
+        return (tail.strip(), head) if tag else (None, text)
+
+    def parse(self, text: str, tools: list[dict] | None = None) -> tuple[str | None, list[dict]]:
+        """(content, tool_calls) from generated text; reasoning is dropped (see `parse_reasoning`).
+        Pass `tools` so XML parameters are typed by their JSON schema. Never raises on bad output."""
+        text = self._strip_stop(text)
+        _, text = self.parse_reasoning(text)
+        start, end, parse_body = TOOL_FORMATS[self.tool_format]
+        schemas, calls = _tool_schemas(tools), []
+
+        def take(match):
+            try:
+                parsed = [(name, json.dumps(args, ensure_ascii=False)) for name, args in
+                          parse_body(match.group(1), schemas)]
+            except Exception:  # malformed: leave the block in the content as text
+                return match.group(0)
+            calls.extend({"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+                          "function": {"name": name, "arguments": args}} for name, args in parsed)
+            return ""
+
+        content = re.sub(re.escape(start) + r"(.*?)" + re.escape(end), take, text, flags=re.S).strip()
+        return content or None, calls
+
+    def _strip_stop(self, text: str) -> str:
+        while True:
+            stripped = text.rstrip()
+            stop = next((s for s in self.stop_strings if stripped.endswith(s)), None)
+            if stop is None:
+                return text
+            text = stripped[: -len(stop)]
