@@ -5,7 +5,7 @@
 
 Both models hold the same weights (ours is loaded from the transformers model's save_pretrained
 directory). Each step is one forward + backward of a cross-entropy loss over one row of `--seq`
-tokens; all parameters take gradients in both. `--packed N` also times our padding-free path with
+tokens; all parameters take gradients in both; peak GPU memory counts both models' weights. `--packed N` also times our padding-free path with
 the row split into N sequences (transformers has no packed path without flash-attn, so that row
 prints ours only). Prints median step time and tokens/s per implementation and the ratio.
 """
@@ -44,7 +44,7 @@ def timed(fn, steps, warmup, dev):
         fn()
         sync(dev)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times) if times else None
 
 
 def main():
@@ -57,21 +57,29 @@ def main():
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--packed", type=int, default=4, help="also time ours on the row split into N sequences")
     ap.add_argument("--attn", default="sdpa", help="transformers attn_implementation")
+    ap.add_argument("--grad-ckpt", action="store_true", help="per-layer activation checkpointing in both")
+    ap.add_argument("--only", choices=["ours", "transformers"], help="time one implementation (e.g. at lengths "
+                    "where the other runs out of memory)")
     args = ap.parse_args()
     import transformers
 
     dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     p = PRESETS[args.preset]
     L = p["num_hidden_layers"]
-    cfg = transformers.Lfm3Config(**p, pad_token_id=0, bos_token_id=1, eos_token_id=2, layer_types=["full_attention" if i % 4 == 2 else "sliding_attention"
-                                                    if i % 4 == 0 and i > 0 else "conv" for i in range(L)])
+    layer_types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0 else "conv"
+                   for i in range(L)]
+    cfg = transformers.Lfm3Config(**p, pad_token_id=0, bos_token_id=1, eos_token_id=2, layer_types=layer_types)
     torch.manual_seed(0)
-    ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn)
+    with dev:
+        ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn, dtype=dtype)
     with tempfile.TemporaryDirectory() as tmp:
         ref.save_pretrained(tmp)
         ours = M.load_model(tmp, dtype=dtype, device=dev)
-    ref = ref.to(dev, dtype).train()
+    ref.train()
     ours.train().requires_grad_(True)
+    if args.grad_ckpt:
+        ref.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        ours.gradient_checkpointing = True
     ids = torch.randint(0, p["vocab_size"], (1, args.seq), device=dev)
     tgt = torch.randint(0, p["vocab_size"], (args.seq,), device=dev)
 
@@ -84,24 +92,29 @@ def main():
         return run
 
     runs = {"transformers": step(ref), "ours": step(ours)}
+    if args.only:
+        runs = {args.only: runs[args.only]}
     if args.packed > 1:   # the same row as N sequences, position_ids restarting at 0
         pos = torch.arange(args.seq, device=dev) % (args.seq // args.packed)
         runs[f"ours packed x{args.packed}"] = step(ours, position_ids=pos[None])
-    for fn in runs.values():
-        timed(fn, 0, args.warmup, dev)
+    peak = {}
+    for k, fn in runs.items():    # warm-up, and each implementation's own peak memory
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        timed(fn, 0, max(1, args.warmup), dev)
+        peak[k] = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
     times = {k: [] for k in runs}
     for _ in range(args.steps):      # interleaved, so drift in machine load hits every row alike
         for k, fn in runs.items():
             times[k].append(timed(fn, 1, 0, dev))
     rows = [(k, statistics.median(v)) for k, v in times.items()]
     print(f"# LFM3-shaped {args.preset}: hidden {p['hidden_size']}, {L} layers, vocab {p['vocab_size']}, "
-          f"seq {args.seq}, {args.dtype} on {dev}, torch {torch.__version__}, transformers {transformers.__version__}")
-    base = rows[0][1]
-    print(f"{'impl':<22}{'step s':>10}{'tokens/s':>12}{'vs transformers':>18}")
+          f"seq {args.seq}{', grad-ckpt' if args.grad_ckpt else ''}, {args.dtype} on {dev}, "
+          f"torch {torch.__version__}, transformers {transformers.__version__}")
+    base = dict(rows).get("transformers", float("nan"))
+    print(f"{'impl':<22}{'step s':>10}{'tokens/s':>12}{'vs transformers':>18}{'peak GiB':>10}")
     for name, t in rows:
-        print(f"{name:<22}{t:>10.3f}{args.seq / t:>12.0f}{base / t:>17.2f}x")
-    if dev.type == "cuda":
-        print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        print(f"{name:<22}{t:>10.3f}{args.seq / t:>12.0f}{base / t:>17.2f}x{peak[name]:>10.1f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """model.py against transformers' own implementations (test-only reference), packing, caching, loading errors."""
 import json
-import shutil
+import os
 
 import pytest
 import torch
@@ -10,6 +10,13 @@ import model as M
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-4
+# HARNESS_RL_TEST_DEVICE=cuda runs the same checks on a GPU (fp32, TF32 off so 1e-4 still means something)
+DEVICE = os.environ.get("HARNESS_RL_TEST_DEVICE", "cpu")
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
+def rand_ids(*shape, high=97):
+    return torch.randint(3, high, shape, device=DEVICE)
 
 
 def hf_config(model_type, **over):
@@ -54,7 +61,7 @@ def save_hf(tmp_path, model_type, seed=0, **over):
             if n.endswith("expert_bias"):
                 b.copy_(0.1 * torch.randn_like(b))
     ref.save_pretrained(tmp_path)
-    return ref, M.load_model(tmp_path, dtype=torch.float32, device="cpu")
+    return ref.to(DEVICE), M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
 
 
 FAMILIES = ["lfm2", "lfm2_moe", "lfm3", "qwen3", "llama"]
@@ -63,7 +70,7 @@ FAMILIES = ["lfm2", "lfm2_moe", "lfm3", "qwen3", "llama"]
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_logits_match_transformers(tmp_path, model_type):
     ref, ours = save_hf(tmp_path, model_type)
-    ids = torch.randint(3, 97, (2, 23))          # longer than LFM3's sliding window (5)
+    ids = rand_ids(2, 23)          # longer than LFM3's sliding window (5)
     with torch.no_grad():
         want = ref(ids).logits
         got = ours(ids)
@@ -77,8 +84,8 @@ def test_lfm3_gate_proj_name_on_disk_is_accepted(tmp_path):
     sd = load_file(tmp_path / "model.safetensors")
     sd = {k.replace(".self_attn.g_proj.", ".self_attn.gate_proj."): v for k, v in sd.items()}
     save_file(sd, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    ours = M.load_model(tmp_path, dtype=torch.float32, device="cpu")
-    ids = torch.randint(3, 97, (1, 9))
+    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ids = rand_ids(1, 9)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
 
@@ -87,9 +94,9 @@ def test_lfm3_gate_proj_name_on_disk_is_accepted(tmp_path):
 def test_packed_forward_equals_separate_forwards(tmp_path, model_type):
     _, ours = save_hf(tmp_path, model_type)
     lens = [11, 3, 17, 1, 9]                     # longer and shorter than the sliding window and conv kernel
-    seqs = [torch.randint(3, 97, (n,)) for n in lens]
+    seqs = [rand_ids(n) for n in lens]
     packed = torch.cat(seqs)[None]
-    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    pos = torch.cat([torch.arange(n) for n in lens])[None].to(DEVICE)
     with torch.no_grad():
         got = ours(packed, position_ids=pos)[0]
         want = torch.cat([ours(s[None])[0] for s in seqs])
@@ -100,8 +107,8 @@ def test_packed_backward_matches_separate(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
     ours.requires_grad_(True)
     lens = [7, 12]
-    seqs = [torch.randint(3, 97, (n,)) for n in lens]
-    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    seqs = [rand_ids(n) for n in lens]
+    pos = torch.cat([torch.arange(n) for n in lens])[None].to(DEVICE)
     ours(torch.cat(seqs)[None], position_ids=pos).logsumexp(-1).sum().backward()
     g_packed = {n: p.grad.clone() for n, p in ours.named_parameters()}
     ours.zero_grad()
@@ -114,7 +121,7 @@ def test_gradient_checkpointing_gives_same_gradients(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2")
     ours.train()
     ours.requires_grad_(True)
-    ids = torch.randint(3, 97, (1, 20))
+    ids = rand_ids(1, 20)
     ours(ids).logsumexp(-1).sum().backward()
     g0 = {n: p.grad.clone() for n, p in ours.named_parameters()}
     ours.zero_grad()
@@ -127,7 +134,7 @@ def test_gradient_checkpointing_gives_same_gradients(tmp_path):
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_cached_decode_equals_full_forward(tmp_path, model_type):
     _, ours = save_hf(tmp_path, model_type)
-    ids = torch.randint(3, 97, (2, 21))
+    ids = rand_ids(2, 21)
     with torch.no_grad():
         full = ours(ids)
         cache = ours.new_cache(2, capacity=4)     # small capacity: growth is exercised
@@ -140,7 +147,7 @@ def test_cached_decode_equals_full_forward(tmp_path, model_type):
 
 def test_cache_rows_at_different_lengths(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
-    a, b = torch.randint(3, 97, (14,)), torch.randint(3, 97, (8,))
+    a, b = rand_ids(14), rand_ids(8)
     with torch.no_grad():
         ca, cb = ours.new_cache(1), ours.new_cache(1)
         ours(a[None, :10], cache=ca)
@@ -165,8 +172,8 @@ def test_generate_is_seeded_and_logprobs_are_the_sampled_distribution(tmp_path):
     b = ours.generate(prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
     assert a == b and len(a[0]) == 8
     with torch.no_grad():
-        logits = ours(torch.tensor([prompt + a[0]]))[0, len(prompt) - 1:-1] / 0.7
-    lp = torch.log_softmax(logits, -1)
+        logits = ours(torch.tensor([prompt + a[0]], device=DEVICE))[0, len(prompt) - 1:-1] / 0.7
+    lp = torch.log_softmax(logits, -1).cpu()
     for i, (tok, got) in enumerate(zip(*a)):
         p = lp[i].exp()
         ps, idx = p.sort(descending=True)
@@ -199,10 +206,11 @@ def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
     torch.manual_seed(0)
     ref = transformers.AutoModelForCausalLM.from_config(hf_config("lfm3")).eval()
     ref.save_pretrained(tmp_path, max_shard_size="40KB")
+    ref.to(DEVICE)
     shards = sorted(tmp_path.glob("model-*.safetensors"))
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
-    ours = M.load_model(tmp_path, device="cpu")
-    ids = torch.randint(3, 97, (1, 12))
+    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ids = rand_ids(1, 12)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
     shards[-1].unlink()
@@ -237,8 +245,8 @@ def test_lfm2_legacy_config_keys(tmp_path):
     cfg["tie_embedding"] = cfg.pop("tie_word_embeddings")
     cfg["rope_theta"] = cfg.pop("rope_parameters")["rope_theta"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    ours = M.load_model(tmp_path, device="cpu")
-    ids = torch.randint(3, 97, (1, 10))
+    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ids = rand_ids(1, 10)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
 
@@ -270,9 +278,9 @@ def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeyp
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_type):
     M.write_tiny_checkpoint(tmp_path, model_type, seed=1)
-    ours = M.load_model(tmp_path, device="cpu")
-    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
-    ids = torch.randint(3, ours.config.vocab_size, (1, 19))
+    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).to(DEVICE).eval()
+    ids = rand_ids(1, 19, high=ours.config.vocab_size)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
 
@@ -290,7 +298,7 @@ def test_tiny_checkpoint_chat_round_trip(tmp_path):
     """The tiny checkpoint's tokenizer, template and model work together: render, generate, decode."""
     from chat import ChatFormat
     M.write_tiny_checkpoint(tmp_path, "lfm3")
-    fmt, ours = ChatFormat.from_checkpoint(tmp_path), M.load_model(tmp_path, device="cpu")
+    fmt, ours = ChatFormat.from_checkpoint(tmp_path), M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = fmt.render([{"role": "user", "content": "hi"}])
     out, lps = ours.generate(ids, max_new_tokens=5, temperature=0, seed=0)
     assert len(out) == len(lps) and all(lp <= 0 for lp in lps)
