@@ -645,7 +645,7 @@ def load_model(path, dtype=None, device=None) -> CausalLM:
     elsewhere. Weights go straight from safetensors into the modules (built on the meta device)."""
     from safetensors import safe_open
 
-    path = resolve_model(path)
+    name, path = path, resolve_model(path)
     cfg = read_config(path)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -702,7 +702,23 @@ def load_model(path, dtype=None, device=None) -> CausalLM:
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.requires_grad_(False)   # a frozen base; LoRA adds the trainable parameters
+    model.name_or_path = MODEL_REPOS.get(str(name), str(name))
     return model.eval()
+
+
+def hf_state_dict(model: CausalLM, overrides=None) -> dict:
+    """The base weights under their on-disk checkpoint names: experts per expert, no tied lm_head, no LoRA."""
+    cfg, out = model.config, {}
+    for k, v in model.state_dict().items():
+        if ".lora_A." in k or ".lora_B." in k or (k == "lm_head.weight" and cfg.tie_word_embeddings):
+            continue
+        v = (overrides or {}).get(k, v)
+        if ".experts.w" in k:
+            for e in range(v.shape[0]):
+                out[k.replace(".experts.", f".experts.{e}.") + ".weight"] = v[e]
+        else:
+            out[k] = v
+    return out
 
 
 def resolve_model(name_or_path) -> Path:
@@ -785,28 +801,22 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
     cfg = Config.from_dict(cfg_d)
     g = torch.Generator().manual_seed(seed)
     model = CausalLM(cfg)
-    sd = {}
-    for k, t in model.state_dict().items():
-        if k == "lm_head.weight" and cfg.tie_word_embeddings:
-            continue
-        if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
-            v = 1.0 + 0.1 * torch.randn(t.shape, generator=g)
-        elif k.endswith("conv.conv.weight"):
-            v = 0.3 * torch.randn(t.shape, generator=g)
-        elif k.endswith("expert_bias"):
-            v = 0.05 * torch.randn(t.shape, generator=g)
-        elif k.endswith(".bias"):
-            v = 0.02 * torch.randn(t.shape, generator=g)
-        else:
-            v = 0.05 * torch.randn(t.shape, generator=g)
-        if ".experts.w" in k:      # on disk, experts are per-expert tensors, as in the real checkpoints
-            for e in range(v.shape[0]):
-                sd[k.replace(".experts.", f".experts.{e}.") + ".weight"] = v[e].contiguous()
-        else:
-            sd[k] = v.contiguous()
-    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+    with torch.no_grad():
+        for k, t in model.state_dict(keep_vars=True).items():
+            if k == "lm_head.weight" and cfg.tie_word_embeddings:
+                continue
+            t.copy_(_tiny_init(k, t.shape, g))
+    save_file({k: v.contiguous() for k, v in hf_state_dict(model).items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
+
+
+def _tiny_init(k, shape, g):
+    if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
+        return 1.0 + 0.1 * torch.randn(shape, generator=g)
+    scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
+    return scale * torch.randn(shape, generator=g)
 
 
 if __name__ == "__main__":   # smoke: python model.py [model_type]

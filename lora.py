@@ -1,0 +1,362 @@
+"""LoRA for model.py: rank-32 adapters on every linear layer, many named adapters on one frozen base.
+
+What it does
+- `add_lora(model, rank, alpha, adapters)` swaps each target nn.Linear for a `LoRALinear` that keeps
+  the base `weight`/`bias` under their checkpoint names and adds per-adapter `lora_A[name]` [r, in]
+  (kaiming-uniform, as PEFT) and `lora_B[name]` [out, r] (zeros: a new adapter equals the base).
+  Targets per family are `TARGETS`: every linear layer except lm_head, embeddings, the depthwise conv,
+  the MoE router and the experts.
+- Which adapter runs: `set_adapter(model, name)` (one for the whole batch; None = base), or
+  `set_adapter(model, [name_or_None per row])` for batched inference where rows use different
+  adapters: each adapter's rows are gathered once per layer (a loop over adapters, not tokens).
+- `save_adapter` / `load_adapter` speak PEFT's format, which vLLM loads as is: `adapter_config.json`
+  + `adapter_model.safetensors` with `base_model.model.<module>.lora_A.weight` / `.lora_B.weight`,
+  written atomically. Everything in an adapter is checked before anything is changed.
+- `merge_adapter` folds an adapter into the base weights; `save_merged` writes a merged checkpoint in
+  the base's own format.
+
+What it leaves out: dropout on the LoRA path (the recipe uses none), DoRA, rsLoRA-initialisation
+(rsLoRA scaling is honoured when loading), per-module rank/alpha patterns, LoRA on experts or embeddings.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import model as M
+
+TARGETS = {
+    "lfm2": ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
+    "lfm2_moe": ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
+    "lfm3": ("q_proj", "k_proj", "v_proj", "o_proj", "g_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "qwen3": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+PREFIX = "base_model.model."
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # ranks vLLM's --max-lora-rank accepts
+_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+class AdapterError(ValueError):
+    """An adapter that does not fit this model; the message names the file and the offending key."""
+
+
+class Routing:
+    """Shared by every LoRALinear of one model: which adapter(s) the next forward uses."""
+
+    def __init__(self):
+        self.active = None       # adapter name, or None for the base model
+        self.rows = None         # per-row adapter names (batched inference), or None
+
+
+class LoRALinear(nn.Linear):
+    """nn.Linear (frozen base, same `weight`/`bias` names) + any number of named low-rank adapters."""
+
+    def __init__(self, base: nn.Linear, routing: Routing):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight = base.weight
+        self.register_parameter("bias", base.bias)
+        self.lora_A, self.lora_B = nn.ParameterDict(), nn.ParameterDict()
+        self.scaling = {}
+        self.routing = routing
+
+    def add(self, name, rank, scaling):
+        w = self.weight
+        A = torch.empty(rank, self.in_features, device=w.device, dtype=w.dtype)
+        nn.init.kaiming_uniform_(A, a=math.sqrt(5))      # PEFT's default init
+        self.lora_A[name] = nn.Parameter(A)
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=w.dtype))
+        self.scaling[name] = scaling
+
+    def remove(self, name):
+        for d in (self.lora_A, self.lora_B, self.scaling):
+            if name in d:
+                d.pop(name)
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.bias)
+        r = self.routing
+        if r.rows is None:
+            if r.active in self.scaling:     # y + s * (x A^T) B^T, the add fused into one addmm
+                A, B = self.lora_A[r.active], self.lora_B[r.active]
+                return _add_lora(y, x, A, B, self.scaling[r.active])
+            return y
+        T = x.shape[-2] // len(r.rows) if x.dim() == 2 else None
+        for name in set(r.rows):
+            if name not in self.scaling:
+                continue
+            rows = [i for i, n in enumerate(r.rows) if n == name]
+            if x.dim() == 2:          # model.py flattens [B, T] tokens to [B*T]
+                idx = (torch.tensor(rows, device=x.device)[:, None] * T + torch.arange(T, device=x.device)).flatten()
+            else:
+                idx = torch.tensor(rows, device=x.device)
+            xs = x.index_select(0, idx)
+            delta = (xs @ self.lora_A[name].t()) @ self.lora_B[name].t() * self.scaling[name]
+            y = y.index_add(0, idx, delta.to(y.dtype))
+        return y
+
+
+def _add_lora(y, x, A, B, s):
+    if x.dim() == 2:
+        return torch.addmm(y, x @ A.t(), B.t(), alpha=s)
+    return y + (x @ A.t()) @ B.t() * s
+
+
+# ----------------------------------------------------------------------------- adding / removing
+
+def lora_layers(model) -> dict:
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def _wrap(model) -> dict:
+    """Swap every target nn.Linear for a LoRALinear (once); returns {module name: LoRALinear}."""
+    if not hasattr(model, "lora_routing"):
+        model.lora_routing = Routing()
+        targets = set(TARGETS[model.config.model_type])
+        for name, mod in list(model.named_modules()):
+            if type(mod) is nn.Linear and name.rsplit(".", 1)[-1] in targets and name != "lm_head":
+                parent, leaf = name.rsplit(".", 1)
+                setattr(model.get_submodule(parent), leaf, LoRALinear(mod, model.lora_routing))
+        model.requires_grad_(False)
+    return lora_layers(model)
+
+
+def add_lora(model, rank=32, alpha=32, adapters=("default",), seed=None):
+    """Add fresh adapters (B = 0, so each equals the base model) on every target layer. The base stays
+    frozen; only LoRA parameters require gradients. Returns the model."""
+    if isinstance(adapters, str):
+        adapters = (adapters,)
+    layers = _wrap(model)
+    for name in adapters:
+        _check_new(model, name)
+        if seed is not None:
+            torch.manual_seed(seed)
+        for mod in layers.values():
+            mod.add(name, rank, alpha / rank)
+        model.lora_config = getattr(model, "lora_config", {})
+        model.lora_config[name] = {"r": rank, "lora_alpha": alpha, "use_rslora": False}
+    return model
+
+
+def _check_new(model, name):
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise AdapterError(f"adapter name {name!r}: use letters, digits, '-' and '_' only")
+    if name in getattr(model, "lora_config", {}):
+        raise AdapterError(f"adapter {name!r} is already loaded; remove it first or pick a new name")
+
+
+def remove_adapter(model, name):
+    """Drop one adapter everywhere; the others are untouched."""
+    if name not in getattr(model, "lora_config", {}):
+        raise AdapterError(f"no adapter named {name!r} (loaded: {', '.join(adapter_names(model)) or 'none'})")
+    for mod in lora_layers(model).values():
+        mod.remove(name)
+    del model.lora_config[name]
+    r = model.lora_routing
+    if r.active == name:
+        r.active = None
+
+
+def adapter_names(model) -> list:
+    return list(getattr(model, "lora_config", {}))
+
+
+def set_adapter(model, adapter):
+    """adapter: a name (every row), None (the base model), or a list with one name-or-None per row."""
+    r = model.lora_routing if hasattr(model, "lora_routing") else None
+    names = adapter if isinstance(adapter, (list, tuple)) else [adapter]
+    unknown = [n for n in names if n is not None and n not in getattr(model, "lora_config", {})]
+    if unknown:
+        raise AdapterError(f"unknown adapter {unknown[0]!r} (loaded: {', '.join(adapter_names(model)) or 'none'})")
+    if r is None:
+        return
+    if isinstance(adapter, (list, tuple)):
+        r.active, r.rows = None, list(adapter)
+    else:
+        r.active, r.rows = adapter, None
+
+
+def lora_parameters(model, adapter) -> list:
+    """The trainable tensors of one adapter (for its optimizer)."""
+    out = []
+    for mod in lora_layers(model).values():
+        if adapter in mod.lora_A:
+            out += [mod.lora_A[adapter], mod.lora_B[adapter]]
+    return out
+
+
+# ----------------------------------------------------------------------------- PEFT format
+
+def adapter_state(model, adapter) -> dict:
+    """PEFT keys -> tensors for one adapter."""
+    sd = {}
+    for name, mod in lora_layers(model).items():
+        if adapter in mod.lora_A:
+            sd[f"{PREFIX}{name}.lora_A.weight"] = mod.lora_A[adapter].detach()
+            sd[f"{PREFIX}{name}.lora_B.weight"] = mod.lora_B[adapter].detach()
+    return sd
+
+
+def save_adapter(model, dir, adapter="default", base_model_name_or_path=None):
+    """Write `adapter` in PEFT format to `dir` atomically (a temp dir renamed into place)."""
+    from safetensors.torch import save_file
+
+    if adapter not in getattr(model, "lora_config", {}):
+        raise AdapterError(f"no adapter named {adapter!r} (loaded: {', '.join(adapter_names(model)) or 'none'})")
+    c = model.lora_config[adapter]
+    sd = adapter_state(model, adapter)
+    targets = sorted({k[len(PREFIX):].split(".lora_")[0].rsplit(".", 1)[-1] for k in sd})
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": c["r"], "lora_alpha": c["lora_alpha"],
+        "target_modules": targets, "bias": "none", "lora_dropout": 0.0, "use_rslora": c["use_rslora"],
+        "use_dora": False, "fan_in_fan_out": False, "modules_to_save": None, "init_lora_weights": True,
+        "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {},
+        "base_model_name_or_path": base_model_name_or_path or getattr(model, "name_or_path", None),
+    }
+    dir = Path(dir)
+    dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dir.name}.", dir=dir.parent))
+    try:
+        save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "adapter_model.safetensors"),
+                  metadata={"format": "pt"})
+        (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if dir.exists():      # replace: move the old one aside first, so a crash leaves one complete copy
+            old = dir.with_name(f".{dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dir, old)
+            os.replace(tmp, dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dir
+
+
+def read_adapter(dir) -> tuple:
+    """(config dict, PEFT-key tensors), with the format checks vLLM makes."""
+    from safetensors.torch import load_file
+
+    dir = Path(dir)
+    cf = dir / "adapter_config.json"
+    if not cf.is_file():
+        raise AdapterError(f"{dir}: no adapter_config.json (expected a PEFT LoRA adapter directory)")
+    try:
+        cfg = json.loads(cf.read_text())
+    except json.JSONDecodeError as e:
+        raise AdapterError(f"{cf}: invalid JSON: {e}") from None
+    for key, ok, want in (("peft_type", lambda v: v in ("LORA", None), "LORA"),
+                          ("bias", lambda v: v in ("none", None), "none"),
+                          ("use_dora", lambda v: not v, "false"),
+                          ("r", lambda v: isinstance(v, int) and v > 0, "a positive integer"),
+                          ("rank_pattern", lambda v: not v, "empty"), ("alpha_pattern", lambda v: not v, "empty"),
+                          ("modules_to_save", lambda v: not v, "null")):
+        if not ok(cfg.get(key)):
+            raise AdapterError(f"{cf}: {key} = {cfg.get(key)!r} is not supported (must be {want})")
+    wf = dir / "adapter_model.safetensors"
+    if not wf.is_file():
+        if (dir / "adapter_model.bin").is_file():
+            raise AdapterError(f"{dir}: adapter_model.bin (pickle) is not read; save it as safetensors")
+        raise AdapterError(f"{dir}: no adapter_model.safetensors")
+    try:
+        return cfg, load_file(str(wf))
+    except Exception as e:
+        raise AdapterError(f"{wf}: not a readable safetensors file: {e}") from None
+
+
+def load_adapter(model, dir, adapter="default"):
+    """Load a PEFT-format LoRA adapter (ours or PEFT's) from `dir` under the name `adapter`. Every key and
+    shape is checked first: a non-fitting adapter raises AdapterError naming the key; nothing is added."""
+    cfg, sd = read_adapter(dir)
+    _check_new(model, adapter)
+    layers = _wrap(model)
+    r = cfg["r"]
+    alpha = cfg.get("lora_alpha", r)
+    scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    wf = Path(dir) / "adapter_model.safetensors"
+    pairs = {}
+    for key, t in sd.items():
+        m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])(?:\.[A-Za-z0-9_\-]+)?\.weight", key)
+        if not m:
+            raise AdapterError(f"{wf}: key {key!r} is not a LoRA A/B weight (base_model.model.<module>.lora_A.weight)")
+        mod_name, ab = m.groups()
+        if mod_name not in layers:
+            what = "not a module of this model (an adapter for another base?)" if mod_name not in dict(model.named_modules()) else \
+                "not a LoRA target (targets: " + ", ".join(TARGETS[model.config.model_type]) + ")"
+            raise AdapterError(f"{wf}: key {key!r}: {mod_name} is {what}")
+        pairs.setdefault(mod_name, {})[ab] = t
+    for mod_name, ab in pairs.items():
+        lin = layers[mod_name]
+        if set(ab) != {"A", "B"}:
+            raise AdapterError(f"{wf}: {mod_name} has lora_{''.join(ab)} but not its pair")
+        A, B = ab["A"], ab["B"]
+        rank = A.shape[0]
+        if A.dim() != 2 or A.shape[1] != lin.in_features or B.dim() != 2 or B.shape[0] != lin.out_features \
+                or B.shape[1] != rank:
+            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} do "
+                               f"not fit a {lin.in_features}->{lin.out_features} layer (other base model?)")
+        if rank != r or rank > min(lin.in_features, lin.out_features):
+            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: rank {rank} does not fit (config r={r}, layer "
+                               f"{lin.in_features}->{lin.out_features})")
+    if not pairs:
+        raise AdapterError(f"{wf}: no LoRA weights in the file")
+    w = model.lm_head.weight
+    for mod_name, ab in pairs.items():     # all checked: now add
+        lin = layers[mod_name]
+        lin.lora_A[adapter] = nn.Parameter(ab["A"].to(w.device, w.dtype), requires_grad=False)
+        lin.lora_B[adapter] = nn.Parameter(ab["B"].to(w.device, w.dtype), requires_grad=False)
+        lin.scaling[adapter] = scaling
+    model.lora_config = getattr(model, "lora_config", {})
+    model.lora_config[adapter] = {"r": r, "lora_alpha": alpha, "use_rslora": bool(cfg.get("use_rslora"))}
+    return model
+
+
+# ----------------------------------------------------------------------------- merging
+
+def merged_weight(lin: LoRALinear, adapter) -> torch.Tensor:
+    if adapter not in lin.lora_A:
+        return lin.weight.detach()
+    A, B = lin.lora_A[adapter].detach().float(), lin.lora_B[adapter].detach().float()
+    return (lin.weight.detach().float() + lin.scaling[adapter] * (B @ A)).to(lin.weight.dtype)
+
+
+def merge_adapter(model, adapter="default"):
+    """Fold `adapter` into the base weights in place and drop it (the base changes for every adapter)."""
+    if adapter not in getattr(model, "lora_config", {}):
+        raise AdapterError(f"no adapter named {adapter!r}")
+    with torch.no_grad():
+        for lin in lora_layers(model).values():
+            lin.weight.copy_(merged_weight(lin, adapter))
+    remove_adapter(model, adapter)
+    return model
+
+
+def save_merged(model, base_dir, out_dir, adapter="default"):
+    """Write base + adapter as a plain checkpoint in the base's format (config, tokenizer files copied),
+    leaving the live model unchanged."""
+    from safetensors.torch import save_file
+
+    base_dir, out_dir = M.resolve_model(base_dir), Path(out_dir)
+    with torch.no_grad():
+        merged = {f"{n}.weight": merged_weight(lin, adapter) for n, lin in lora_layers(model).items()}
+        sd = M.hf_state_dict(model, overrides=merged)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent if out_dir.parent.exists() else None))
+    for f in base_dir.iterdir():
+        if f.is_file() and not f.name.startswith("model") and f.suffix in (".json", ".jinja", ".txt", ".model"):
+            shutil.copy(f, tmp / f.name)
+    save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "model.safetensors"),
+              metadata={"format": "pt"})
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out_dir)
+    return out_dir

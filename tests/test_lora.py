@@ -1,0 +1,209 @@
+"""lora.py against PEFT on transformers' models (test-only reference), multi-adapter routing, format rules."""
+import json
+import math
+
+import pytest
+import torch
+
+import lora as L
+import model as M
+from test_model import DEVICE, TOL, rand_ids, save_hf
+
+peft = pytest.importorskip("peft")
+
+
+def randomize(model, adapter, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in L.lora_parameters(model, adapter):
+            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def logits(m, ids):
+    with torch.no_grad():
+        out = m(ids)
+    return out.logits if hasattr(out, "logits") else out
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "qwen3"])
+def test_our_adapter_loaded_by_peft_gives_same_logits(tmp_path, model_type):
+    ref, ours = save_hf(tmp_path / "base", model_type)
+    L.add_lora(ours, rank=8, alpha=16)
+    randomize(ours, "default")
+    L.set_adapter(ours, "default")
+    L.save_adapter(ours, tmp_path / "adapter")
+    peft_model = peft.PeftModel.from_pretrained(ref, tmp_path / "adapter").eval()
+    ids = rand_ids(2, 13)
+    got, want = logits(ours, ids), logits(peft_model, ids)
+    assert (got - want).abs().max().item() <= TOL
+    L.set_adapter(ours, None)
+    assert (logits(ours, ids) - want).abs().max().item() > 1e-3    # the adapter does change the output
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3"])
+def test_peft_adapter_loads_here_with_same_logits(tmp_path, model_type):
+    ref, ours = save_hf(tmp_path / "base", model_type)
+    cfg = peft.LoraConfig(r=4, lora_alpha=12, target_modules=list(L.TARGETS[model_type]), init_lora_weights=False,
+                          task_type="CAUSAL_LM")
+    peft_model = peft.get_peft_model(ref, cfg).eval()
+    peft_model.save_pretrained(tmp_path / "peft")
+    L.load_adapter(ours, tmp_path / "peft", adapter="from-peft")
+    L.set_adapter(ours, "from-peft")
+    ids = rand_ids(1, 17)
+    assert (logits(ours, ids) - logits(peft_model, ids)).abs().max().item() <= TOL
+
+
+def test_peft_targets_the_same_modules_as_we_do(tmp_path):
+    """PEFT's all-linear on the HF model picks the same layers as our target list (minus lm_head/router)."""
+    for model_type in ("lfm2", "lfm2_moe", "lfm3"):
+        ref, ours = save_hf(tmp_path / model_type, model_type)
+        pm = peft.get_peft_model(ref, peft.LoraConfig(r=2, target_modules="all-linear"))
+        theirs = {n.removeprefix("base_model.model.") for n, m in pm.named_modules() if hasattr(m, "lora_A")
+                  and isinstance(m.lora_A, torch.nn.ModuleDict)}
+        theirs = {n for n in theirs if not n.endswith("feed_forward.gate")}     # PEFT also takes the router
+        ours_ = set(L.lora_layers(L.add_lora(ours, rank=2)))
+        assert ours_ == theirs, model_type
+
+
+def test_new_adapter_equals_base(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm3")
+    ids = rand_ids(2, 11)
+    base = logits(ours, ids)
+    L.add_lora(ours, adapters=("a", "b"))
+    L.set_adapter(ours, "a")
+    assert torch.equal(logits(ours, ids), base)
+
+
+def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm2_moe")
+    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    randomize(ours, "b", seed=1)
+    before = {n: p.detach().clone() for n, p in ours.named_parameters()}
+    for p in L.lora_parameters(ours, "a"):
+        p.requires_grad_(True)
+    L.set_adapter(ours, "a")
+    opt = torch.optim.AdamW(L.lora_parameters(ours, "a"), lr=1e-2)
+    ours.train()
+    ours(rand_ids(1, 9)).logsumexp(-1).mean().backward()
+    opt.step()
+    trained = {n for n, p in ours.named_parameters() if p.grad is not None}
+    assert trained and all(".lora_A.a" in n or ".lora_B.a" in n for n in trained)
+    assert all(not p.requires_grad for n, p in ours.named_parameters() if ".lora_" not in n)
+    changed = {n for n, p in ours.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".lora_A.a" in n or ".lora_B.a" in n for n in changed)
+
+
+def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm3")
+    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    randomize(ours, "a", 1)
+    randomize(ours, "b", 2)
+    ids = rand_ids(3, 10)
+    rows = ["b", None, "a"]
+    L.set_adapter(ours, rows)
+    got = logits(ours, ids)
+    for i, name in enumerate(rows):
+        L.set_adapter(ours, name)
+        assert (got[i] - logits(ours, ids[i:i + 1])[0]).abs().max() <= TOL
+    # and with a decoding cache (the embedded server's path)
+    L.set_adapter(ours, rows)
+    cache = ours.new_cache(3)
+    with torch.no_grad():
+        steps = [ours(ids[:, :6], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
+    assert (torch.cat(steps, 1) - got).abs().max() <= TOL
+
+
+def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):
+    _, ours = save_hf(tmp_path, "lfm2")
+    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    randomize(ours, "a", 3)
+    ids = rand_ids(1, 8)
+    L.set_adapter(ours, "a")
+    want = logits(ours, ids)
+    L.remove_adapter(ours, "b")
+    L.add_lora(ours, rank=8, adapters=("c",))
+    assert torch.equal(logits(ours, ids), want)
+    assert L.adapter_names(ours) == ["a", "c"]
+    with pytest.raises(L.AdapterError, match="already loaded"):
+        L.add_lora(ours, adapters=("a",))
+    with pytest.raises(L.AdapterError, match="unknown adapter 'b'"):
+        L.set_adapter(ours, "b")
+
+
+def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
+    ours = M.load_model(M.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
+    L.add_lora(ours)      # the recipe's defaults: rank 32, alpha 32
+    out = L.save_adapter(ours, tmp_path / "pi-v1")
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM" and cfg["bias"] == "none"
+    assert cfg["r"] == 32 and cfg["r"] in L.VLLM_RANKS and cfg["lora_alpha"] == 32 and not cfg["use_dora"]
+    # vLLM's LFM2 packs q/k/v -> qkv_proj and w1/w3 -> w13; the rest keep HF names
+    vllm_lfm2 = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
+    assert set(cfg["target_modules"]) <= vllm_lfm2
+    from safetensors.torch import load_file
+    sd = load_file(out / "adapter_model.safetensors")
+    for k, v in sd.items():
+        m = __import__("re").fullmatch(r"base_model\.model\.(model\.layers\.\d+\.(self_attn|conv|feed_forward)\.\w+)"
+                                       r"\.lora_([AB])\.weight", k)
+        assert m, k
+        assert v.shape[0 if m.group(3) == "A" else 1] == 32
+    assert not list(tmp_path.glob(".pi-v1.*")), "temp dir left behind"
+
+
+def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_path):
+    _, ours = save_hf(tmp_path / "a", "lfm2")
+    L.add_lora(ours, rank=4)
+    L.save_adapter(ours, tmp_path / "ad")
+    _, other = save_hf(tmp_path / "other", "lfm2", hidden_size=64)     # same layout, other width
+    with pytest.raises(L.AdapterError, match=r"lora_A .* do not fit .*other base model"):
+        L.load_adapter(other, tmp_path / "ad", adapter="x")
+    tiny = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
+    with pytest.raises(L.AdapterError, match=r"self_attn.k_proj.lora_A.weight.*not a module of this model"):
+        L.load_adapter(tiny, tmp_path / "ad", adapter="x")
+    assert L.adapter_names(other) == [] and all("lora_A" not in n or not len(m.lora_A)
+                                                 for n, m in other.named_modules() if isinstance(m, L.LoRALinear))
+    from safetensors.torch import load_file, save_file
+    sd = load_file(tmp_path / "ad" / "adapter_model.safetensors")
+    bad = dict(sd, **{"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 48)})
+    save_file(bad, tmp_path / "ad" / "adapter_model.safetensors")
+    with pytest.raises(L.AdapterError, match=r"lm_head.lora_A.weight.*not a LoRA target"):
+        L.load_adapter(ours, tmp_path / "ad", adapter="y")
+    bad = {k: v for k, v in sd.items() if not k.endswith("layers.0.conv.in_proj.lora_B.weight")}
+    save_file(bad, tmp_path / "ad" / "adapter_model.safetensors")
+    with pytest.raises(L.AdapterError, match=r"layers.0.conv.in_proj has lora_A but not its pair"):
+        L.load_adapter(ours, tmp_path / "ad", adapter="y")
+    cfg = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
+    (tmp_path / "ad" / "adapter_config.json").write_text(json.dumps(dict(cfg, use_dora=True)))
+    with pytest.raises(L.AdapterError, match="use_dora"):
+        L.load_adapter(ours, tmp_path / "ad", adapter="y")
+    assert "y" not in L.adapter_names(ours)
+
+
+def test_merge_and_merged_export_match_the_adapter(tmp_path):
+    path = M.write_tiny_checkpoint(tmp_path / "base", "lfm3")
+    ours = M.load_model(path, dtype=torch.float32, device=DEVICE)
+    L.add_lora(ours, rank=4)
+    randomize(ours, "default")
+    L.set_adapter(ours, "default")
+    ids = rand_ids(1, 12, high=ours.config.vocab_size)
+    want = logits(ours, ids)
+    L.save_merged(ours, path, tmp_path / "merged")
+    merged = M.load_model(tmp_path / "merged", dtype=torch.float32, device=DEVICE)
+    assert (logits(merged, ids) - want).abs().max() <= TOL
+    assert (tmp_path / "merged" / "tokenizer.json").exists()
+    L.merge_adapter(ours, "default")
+    assert L.adapter_names(ours) == [] and (logits(ours, ids) - want).abs().max() <= TOL
+
+
+def test_rslora_scaling_is_honoured(tmp_path):
+    ref, ours = save_hf(tmp_path / "base", "lfm2")
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "w2"],
+                          init_lora_weights=False)
+    pm = peft.get_peft_model(ref, cfg).eval()
+    pm.save_pretrained(tmp_path / "peft")
+    L.load_adapter(ours, tmp_path / "peft")
+    L.set_adapter(ours, "default")
+    assert all(math.isclose(lin.scaling["default"], 8 / 2) for lin in L.lora_layers(ours).values()
+               if "default" in lin.scaling)     # alpha / sqrt(r), not alpha / r
+    ids = rand_ids(1, 9)
+    assert (logits(ours, ids) - logits(pm, ids)).abs().max() <= TOL
