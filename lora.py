@@ -107,8 +107,8 @@ class LoRALinear(nn.Linear):
 
 
 def _add_lora(y, x, A, B, s):
-    if x.dim() == 2:
-        return torch.addmm(y, x @ A.t(), B.t(), alpha=s)
+    if x.dim() == 2:   # in place into the base output (not needed by the base's backward): no extra [N, out]
+        return y.addmm_(x @ A.t(), B.t(), alpha=s)
     return y + (x @ A.t()) @ B.t() * s
 
 

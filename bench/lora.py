@@ -1,0 +1,159 @@
+"""LoRA forward+backward: tokens/s and peak memory, ours (model.py + lora.py) vs PEFT + transformers.
+
+    python bench/lora.py                        # CPU default: a scaled-down LFM3 shape, rank 32
+    python bench/lora.py --preset lfm3-1.7b --device cuda --dtype bf16 --seq 16384
+
+Same base weights and the same rank-32 adapter on every target layer in both (PEFT on transformers'
+model with our target list; B randomised so the LoRA path is not trivially zero). A step is one forward
++ backward of a cross-entropy loss over one row of `--seq` tokens; only LoRA weights take gradients.
+Each implementation runs in its own child process, so its peak memory is its own: on CPU the peak
+resident set growth during the steps (VmHWM after clearing, minus the resident set before), on CUDA
+torch's max_memory_allocated minus the memory held before the first step.
+"""
+import argparse
+import importlib.util
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+_spec = importlib.util.spec_from_file_location("bench_model", ROOT / "bench" / "model.py")
+bench_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_model)
+PRESETS = bench_model.PRESETS     # the same shapes as bench/model.py
+
+
+def rss_kib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def child(impl, ckpt, args, q):
+    import model as M
+    import lora as L
+
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    targets = list(L.TARGETS["lfm3"])
+    if impl == "ours":
+        m = M.load_model(ckpt, dtype=dtype, device=dev)
+        L.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
+        L.set_adapter(m, "default")
+        if args.grad_ckpt:
+            m.gradient_checkpointing = True
+    else:
+        import peft
+        import transformers
+        ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, attn_implementation="sdpa").to(dev)
+        m = peft.get_peft_model(ref, peft.LoraConfig(r=args.rank, lora_alpha=args.rank, target_modules=targets,
+                                                     lora_dropout=0.0))
+        if args.grad_ckpt:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            m.enable_input_require_grads()
+    named = [(n, p) for n, p in m.named_parameters() if ".lora_A." in n or ".lora_B." in n]
+    params = [p for _, p in named]
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for n, p in named:
+            p.requires_grad_(True)
+            if ".lora_B." in n:      # B = 0 would make the LoRA path trivially zero
+                p.copy_(0.01 * torch.randn(p.shape, generator=g))
+    m.train()
+    gen = torch.Generator().manual_seed(0)
+    V = M.read_config(ckpt).vocab_size
+    ids = torch.randint(0, V, (1, args.seq), generator=gen).to(dev)
+    tgt = torch.randint(0, V, (args.seq,), generator=gen).to(dev)
+
+    def step():
+        out = m(ids)
+        logits = out.logits if hasattr(out, "logits") else out
+        torch.nn.functional.cross_entropy(logits[0].float(), tgt).backward()
+        for p in params:
+            p.grad = None
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        before, exact = rss_kib("VmRSS:") * 1024, reset_peak()
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    if dev.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        peak = rss_kib("VmHWM:") * 1024 - before if exact else float("nan")
+    q.put({"impl": impl, "step": statistics.median(times), "peak": peak / 2**30})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="cpu", choices=PRESETS)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--rank", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--grad-ckpt", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2, help="alternate the two implementations this many times")
+    args = ap.parse_args()
+    import transformers
+
+    p = PRESETS[args.preset]
+    L_ = p["num_hidden_layers"]
+    layer_types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0 else "conv"
+                   for i in range(L_)]
+    cfg = transformers.Lfm3Config(**p, pad_token_id=0, bos_token_id=1, eos_token_id=2, layer_types=layer_types)
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as ckpt:
+        torch.manual_seed(0)
+        transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(ckpt)
+        results = {}
+        for _ in range(args.rounds):       # alternate, so drift in machine load hits both alike
+            for impl in ("peft+transformers", "ours"):
+                q = ctx.Queue()
+                proc = ctx.Process(target=child, args=(impl, ckpt, args, q))
+                proc.start()
+                r = q.get()
+                proc.join()
+                results.setdefault(impl, []).append(r)
+    print(f"# LoRA r={args.rank} on {', '.join(__import__('lora').TARGETS['lfm3'])}; LFM3-shaped {args.preset}: "
+          f"hidden {p['hidden_size']}, {L_} layers, vocab {p['vocab_size']}, seq {args.seq}, {args.dtype} on "
+          f"{args.device}{', grad-ckpt' if args.grad_ckpt else ''}; torch {torch.__version__}, transformers "
+          f"{transformers.__version__}, peft {__import__('peft').__version__}")
+    base = min(r["step"] for r in results["peft+transformers"])
+    base_mem = min(r["peak"] for r in results["peft+transformers"])
+    print(f"{'impl':<20}{'step s':>9}{'tokens/s':>10}{'speed vs PEFT':>15}{'peak GiB':>10}{'memory vs PEFT':>16}")
+    for impl, rs in results.items():
+        t, mem = min(r["step"] for r in rs), min(r["peak"] for r in rs)
+        print(f"{impl:<20}{t:>9.3f}{args.seq / t:>10.0f}{base / t:>14.2f}x{mem:>10.2f}{mem / base_mem:>15.2f}x")
+
+
+if __name__ == "__main__":
+    main()
