@@ -510,22 +510,30 @@ class CausalLM(nn.Module):
         return Cache(self, batch_size, capacity)
 
     @torch.no_grad()
-    def generate(self, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=None, eos_ids=()):
-        """Sample one continuation of one prompt (list of ids); returns (new ids, their logprobs under the
-        distribution actually sampled). temperature 0 = greedy."""
+    def generate(self, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=None, eos_ids=(), n=None):
+        """Sample a continuation of one prompt (list of ids); returns (new ids, their logprobs under the
+        distribution actually sampled). temperature 0 = greedy. With `n`, samples n continuations in one
+        batch (rows share the prompt) and returns a list of n such pairs."""
         gen = torch.Generator(device="cpu")
         gen.manual_seed(seed if seed is not None else random.getrandbits(63))
-        cache = self.new_cache(1, len(prompt_ids) + max_new_tokens)
-        logits = self(torch.tensor([prompt_ids], device=self.device), cache=cache)[0, -1]
-        out, lps, eos = [], [], set(eos_ids)
+        rows = n or 1
+        cache = self.new_cache(rows, len(prompt_ids) + max_new_tokens)
+        logits = self(torch.tensor([prompt_ids] * rows, device=self.device), cache=cache)[:, -1]
+        outs, eos = [([], []) for _ in range(rows)], set(eos_ids)
+        done = [False] * rows
         for _ in range(max_new_tokens):
-            tok, lp = sample(logits, temperature, top_p, gen)
-            out.append(tok)
-            lps.append(lp)
-            if tok in eos:
+            toks = []
+            for r in range(rows):
+                tok, lp = sample(logits[r], temperature, top_p, gen)
+                toks.append(tok)
+                if not done[r]:
+                    outs[r][0].append(tok)
+                    outs[r][1].append(lp)
+                    done[r] = tok in eos
+            if all(done):
                 break
-            logits = self(torch.tensor([[tok]], device=self.device), cache=cache)[0, -1]
-        return out, lps
+            logits = self(torch.tensor([[t] for t in toks], device=self.device), cache=cache)[:, -1]
+        return outs if n else outs[0]
 
 
 def sample(logits, temperature, top_p, gen):
@@ -815,6 +823,8 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
 def _tiny_init(k, shape, g):
     if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
+    if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
+        return 0.3 * torch.randn(shape, generator=g)
     scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
     return scale * torch.randn(shape, generator=g)
 

@@ -1,0 +1,219 @@
+"""grpo.py: rewards, advantages, turn merging, staleness, packing properties, log-probs, the loss."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grpo as G
+
+
+# ----------------------------------------------------------------------------- rewards, advantages
+
+def test_shaped_reward_bonus_only_on_full_pass():
+    assert G.shaped_reward(1.0, 3, False) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
+    assert G.shaped_reward(1.0, 30, False) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
+    assert G.shaped_reward(0.5, 1, False) == 0.5
+    assert G.shaped_reward(0.0, 0, False) == 0.0
+
+
+def test_shaped_reward_guard_flag_zeroes_and_ungraded_stays_none():
+    assert G.shaped_reward(1.0, 2, True) == 0.0
+    assert G.shaped_reward(None, 2, True) is None
+
+
+def test_group_advantages_match_hand_computation_and_skip_ungraded():
+    adv, signal = G.group_advantages([1.0, None, 0.0, 0.5])
+    mean, std = 0.5, math.sqrt(((0.5) ** 2 * 2) / 2)
+    assert signal and adv[1] is None
+    assert adv[0] == pytest.approx(0.5 / (std + 1e-6)) and adv[2] == pytest.approx(-0.5 / (std + 1e-6))
+    assert adv[3] == pytest.approx(0.0)
+
+
+def test_group_without_spread_has_no_signal():
+    assert G.group_advantages([1.0, 1.0, None, 1.0]) == ([0.0, 0.0, None, 0.0], False)
+    assert G.group_advantages([None, 0.3]) == ([None, None], False)
+
+
+# ----------------------------------------------------------------------------- merging turns
+
+def T(prompt, completion, version=0):
+    return G.Turn(list(prompt), list(completion), [-0.1 * (i + 1) for i in range(len(completion))], version)
+
+
+def test_turns_that_extend_merge_into_one_sequence():
+    t1 = T([1, 2, 3], [10, 11])
+    t2 = T([1, 2, 3, 10, 11, 50, 51], [12])          # tool output 50, 51 then the next completion
+    t3 = T([1, 2, 3, 10, 11, 50, 51, 12, 60], [13, 14])
+    (s,) = G.build_sequences([t1, t2, t3], advantage=0.7)
+    assert s.tokens == [1, 2, 3, 10, 11, 50, 51, 12, 60, 13, 14]
+    assert s.mask == [0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1]
+    assert s.old_logp == pytest.approx([0, 0, 0, -0.1, -0.2, 0, 0, -0.1, 0, -0.1, -0.2])
+    assert s.advantage == 0.7 and s.turns == 3
+
+
+def test_reserialised_history_starts_a_new_sequence():
+    t1 = T([1, 2, 3], [10, 11])
+    t2 = T([1, 2, 3, 99, 50], [12])                  # the harness re-rendered turn 1 differently
+    a, b = G.build_sequences([t1, t2], advantage=-1.0)
+    assert a.tokens == [1, 2, 3, 10, 11] and b.tokens == [1, 2, 3, 99, 50, 12]
+    assert b.mask == [0, 0, 0, 0, 0, 1] and a.advantage == b.advantage == -1.0
+
+
+def test_fork_returns_to_an_older_sequence():
+    main1 = T([1, 2], [10])
+    side = T([7, 8], [20])                            # a sub-agent / summariser call in between
+    main2 = T([1, 2, 10, 30], [11])
+    a, b = G.build_sequences([main1, side, main2], advantage=1.0)
+    assert a.tokens == [1, 2, 10, 30, 11] and b.tokens == [7, 8, 20]
+
+
+def test_sequence_start_version_is_the_rollouts():
+    seqs = G.build_sequences([T([1], [2], version=5), T([9], [3], version=7)], 1.0)
+    assert [s.version for s in seqs] == [5, 5]
+
+
+def test_logprob_count_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
+        G.build_sequences([G.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
+
+
+def test_staleness_boundary_is_exact():
+    items = [G.Sequence([1, 2], [0, 1], [0, 0], 1.0, version=v) for v in (6, 5, 4)]
+    kept, dropped = G.drop_stale(items, current_version=10, max_staleness=4)
+    assert [s.version for s in kept] == [6] and [s.version for s in dropped] == [5, 4]
+    kept, _ = G.drop_stale(items, current_version=9)
+    assert [s.version for s in kept] == [6, 5]
+
+
+# ----------------------------------------------------------------------------- packing
+
+def seq(n, i=0, trained=True):
+    mask = [0] + [1 if trained else 0] * (n - 1)
+    return G.Sequence(list(range(i, i + n)), mask, [-0.5] * n, float(i), rollout=str(i))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(2, 900), min_size=0, max_size=40), st.sampled_from([256, 1000, 2048]),
+       st.integers(1, 4))
+def test_pack_respects_budget_rows_and_accounts_for_every_sequence(lengths, budget, mb):
+    seqs = [seq(n, i) for i, n in enumerate(lengths)]
+    p = G.pack(seqs, budget, micro_batches=mb)
+    cap = budget // mb
+    assert len(p.micro_batches) <= mb
+    assert p.tokens <= budget and all(m.num_tokens <= cap for m in p.micro_batches)
+    packed = [s.rollout for m in p.micro_batches for s in m.sequences]
+    waiting = [s.rollout for s in p.waiting]
+    assert len(packed) + len(waiting) + p.dropped == len(seqs)
+    assert len(set(packed + waiting)) == len(packed + waiting)      # nothing twice
+    assert p.truncated == sum(1 for n in lengths if n - 1 > cap)
+    assert waiting == sorted(waiting, key=int)                 # still oldest first
+    if waiting:   # something waits only if it really did not fit
+        first = next(s for s in p.waiting)
+        assert p.tokens + min(len(first) - 1, cap) > budget or len(p.micro_batches) == mb
+
+
+def test_pack_fifo_oldest_first_and_skipped_one_leads_next_step():
+    seqs = [seq(300, 0), seq(300, 1), seq(900, 2), seq(100, 3)]
+    p = G.pack(seqs, 1000, micro_batches=4)     # rows of 250: 300s are truncated to 250
+    assert p.truncated == 3 and [s.rollout for s in p.waiting] == []
+    p = G.pack([seq(241, 0), seq(241, 1), seq(241, 2), seq(201, 3), seq(101, 4), seq(11, 5)], 1000)
+    assert [s.rollout for s in p.waiting] == ["4"]      # did not fit the budget: leads the next step
+    assert sorted(s.rollout for m in p.micro_batches for s in m.sequences) == ["0", "1", "2", "3", "5"]
+
+
+def test_pack_drops_sequences_without_trained_tokens():
+    p = G.pack([seq(10, 0, trained=False), seq(10, 1)], 100)
+    assert p.dropped == 1 and len(p.micro_batches) == 1
+
+
+def test_packed_row_tensors_are_shifted_per_sequence():
+    a = G.Sequence([5, 6, 7], [0, 1, 1], [0, -1, -2], 2.0)
+    b = G.Sequence([8, 9], [0, 1], [0, -3], -1.0)
+    (mb,) = G.pack([a, b], 100, micro_batches=1).micro_batches
+    assert mb.input_ids.tolist() == [[5, 6, 8]] and mb.targets.tolist() == [[6, 7, 9]]
+    assert mb.position_ids.tolist() == [[0, 1, 0]] and mb.mask.tolist() == [[1, 1, 1]]
+    assert mb.old_logp.tolist() == [[-1, -2, -3]] and mb.advantages.tolist() == [[2, 2, -1]]
+
+
+def test_pack_balances_rows():
+    lengths = [500, 400, 300, 300, 200, 200, 100, 100]
+    p = G.pack([seq(n + 1, i) for i, n in enumerate(lengths)], 2400, micro_batches=4)
+    loads = sorted(m.num_tokens for m in p.micro_batches)
+    assert loads[-1] - loads[0] <= 100 and sum(loads) == sum(lengths)
+
+
+# ----------------------------------------------------------------------------- log-probs, loss
+
+def test_chunked_logprobs_equal_naive_values_and_gradients():
+    torch.manual_seed(0)
+    h = torch.randn(2, 37, 16, requires_grad=True)
+    w = torch.randn(101, 16, requires_grad=True)
+    t = torch.randint(0, 101, (2, 37))
+    got = G.token_logprobs(h, w, t, chunk=8)
+    want = torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0]
+    assert torch.allclose(got, want, atol=1e-5)
+    g1 = torch.autograd.grad(got.sum(), (h, w))
+    g2 = torch.autograd.grad(want.sum(), (h, w))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g1, g2))
+
+
+def test_loss_equals_hand_computed_reference():
+    logp = torch.tensor([-1.0, -0.5, -2.0, -0.1])
+    old = torch.tensor([-1.2, -0.5, -1.0, -0.1])
+    adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
+    mask = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    loss, stats = G.grpo_loss(logp, old, adv, mask)
+    r = [math.exp(0.2), 1.0, math.exp(-1.0)]
+    terms = [max(-1 * r[0], -1 * min(max(r[0], 0.8), 1.28)), -1.0, max(1 * r[2], 1 * min(max(r[2], 0.8), 1.28))]
+    assert loss.item() == pytest.approx(sum(terms) / 3, rel=1e-6)
+    assert stats["clip_frac"].item() == pytest.approx(1 / 3)     # token 3: A<0 and ratio < 0.8
+    assert stats["ratio_max"].item() == pytest.approx(r[0], rel=1e-6)
+
+
+def test_ratio_one_is_plain_policy_gradient():
+    logp = torch.tensor([-1.0, -2.0, -0.3], requires_grad=True)
+    adv = torch.tensor([0.5, -1.5, 2.0])
+    loss, _ = G.grpo_loss(logp, logp.detach(), adv, torch.ones(3))
+    (g,) = torch.autograd.grad(loss, logp)
+    assert torch.allclose(g, -adv / 3)
+
+
+def test_clipping_zeroes_gradients_where_it_should():
+    old = torch.zeros(4)
+    logp = torch.tensor([0.5, 0.5, -0.5, -0.5], requires_grad=True)       # ratios 1.65, 1.65, 0.61, 0.61
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    loss, _ = G.grpo_loss(logp, old, adv, torch.ones(4))
+    (g,) = torch.autograd.grad(loss, logp)
+    assert g[0] == 0 and g[3] == 0        # A>0 above 1+eps_high, A<0 below 1-eps_low: clipped, no gradient
+    assert g[1] != 0 and g[2] != 0        # the pessimistic side keeps its gradient
+
+
+def test_ratio_cap_bounds_the_negative_side():
+    logp = torch.tensor([3.0], requires_grad=True)
+    loss, _ = G.grpo_loss(logp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), ratio_cap=5.0)
+    (g,) = torch.autograd.grad(loss, logp)
+    assert loss.item() == pytest.approx(5.0) and g.item() == 0
+
+
+def test_step_token_mean_over_micro_batches_equals_one_batch():
+    torch.manual_seed(1)
+    logp = torch.randn(10, requires_grad=True)
+    old, adv = torch.randn(10) * 0.1 + logp.detach(), torch.randn(10)
+    mask = (torch.rand(10) > 0.3).float()
+    full, _ = G.grpo_loss(logp, old, adv, mask)
+    (g_full,) = torch.autograd.grad(full, logp)
+    n = mask.sum()
+    parts = [G.grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n)[0] for s in (slice(0, 4), slice(4, 10))]
+    (g_acc,) = torch.autograd.grad(sum(parts), logp)
+    assert torch.allclose(sum(parts), full) and torch.allclose(g_acc, g_full)
+
+
+def test_kl_term_needs_reference_and_is_zero_at_reference():
+    logp = torch.tensor([-1.0, -2.0])
+    with pytest.raises(ValueError, match="ref_logp"):
+        G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1)
+    loss0, _ = G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2))
+    loss1, stats = G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1, ref_logp=logp)
+    assert loss1.item() == pytest.approx(loss0.item()) and stats["kl"].item() == pytest.approx(0.0)
