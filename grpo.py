@@ -14,8 +14,8 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
   a new sequence. Every sequence carries the rollout's one advantage.
 - `drop_stale`: rollouts begun more than `max_staleness` adapter versions ago are dropped.
 - `pack`: padding-free micro-batches (one packed row each) under the step's token budget, FIFO.
-- `token_logprobs`: log p(target) from final hidden states, chunked over tokens with recomputation in
-  backward, so no [tokens x vocab] fp32 tensor ever exists whole.
+- `token_logprobs`: log p(target) from final hidden states, chunked over tokens, its gradient computed
+  in the same pass, so no [tokens x vocab] fp32 tensor ever exists whole and nothing is recomputed.
 - `grpo_loss`: the clipped importance-ratio objective against the behaviour logprobs, token-mean over
   the whole step (divide by the step's token count, so gradient accumulation over micro-batches is
   exact), optional k3 KL to the base and an optional cap on the importance weight.
@@ -159,8 +159,10 @@ def pack(sequences, token_budget, micro_batches=4) -> Packed:
 
     - FIFO: sequences are taken in order; one that does not fit is skipped for this step and returned
       first in `waiting`, so it leads the next step (later, smaller ones may fill the gap meanwhile).
-    - Balance: taken sequences go longest first into the shortest row (LPT), which keeps the slowest
-      micro-batch close to the mean.
+    - Fill: placement is best fit (the fullest row that still has room), so later, shorter sequences
+      fill the gaps; steady-state fill on a realistic length mix is measured by bench/grpo.py.
+    - Balance: the chosen sequences are then laid out longest first into the shortest row (LPT) when
+      that fits, which keeps the slowest micro-batch close to the mean.
     - Too long: a sequence longer than a row is truncated to the row length (its tail is not trained),
       and counted; dropping it instead would bias training against long sessions. A sequence left with
       no trained token is dropped and counted.
@@ -183,23 +185,19 @@ def pack(sequences, token_budget, micro_batches=4) -> Packed:
             out.dropped += 1
             continue
         ready.append((n, s))
-    rows, loads, taken = [[] for _ in range(micro_batches)], [0] * micro_batches, 0
-    chosen = []
-    for n, s in ready:                    # FIFO selection under the step budget
-        if taken + n <= token_budget:
+    # FIFO placement, best fit: each sequence, oldest first, goes into the fullest row it still fits
+    # (under the row length and the step budget); one that fits nowhere waits for the next step.
+    loads, chosen, placed = [0] * micro_batches, [], [[] for _ in range(micro_batches)]
+    for n, s in ready:
+        fits = [r for r in range(micro_batches) if loads[r] + n <= cap]
+        if fits and sum(loads) + n <= token_budget:
+            r = max(fits, key=lambda r: loads[r])
+            loads[r] += n
+            placed[r].append(len(chosen))
             chosen.append((n, s))
-            taken += n
         else:
             out.waiting.append(s)
-    order = sorted(range(len(chosen)), key=lambda i: -chosen[i][0])
-    for i in order:                       # LPT into rows of at most `cap`
-        n, s = chosen[i]
-        r = min((r for r in range(micro_batches) if loads[r] + n <= cap), key=lambda r: loads[r], default=None)
-        if r is None:
-            out.waiting.append(s)
-            continue
-        rows[r].append(i)
-        loads[r] += n
+    rows = _balance([n for n, _ in chosen], micro_batches, cap) or placed
     if out.waiting:                       # keep the queue's order among waiting sequences
         pos = {id(s): k for k, (_, s) in enumerate(ready)}
         out.waiting.sort(key=lambda s: pos.get(id(s), -1))
@@ -210,6 +208,19 @@ def pack(sequences, token_budget, micro_batches=4) -> Packed:
     out.loss_tokens = int(sum(mb.mask.sum().item() for mb in out.micro_batches))
     out.fill = out.tokens / token_budget
     return out
+
+
+def _balance(lengths, k, cap):
+    """Rows for the chosen sequences: LPT (longest first into the shortest row) when that fits them all
+    under `cap` - it keeps the slowest micro-batch short - else None (keep the placement as it is)."""
+    rows, loads = [[] for _ in range(k)], [0] * k
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = min(range(k), key=lambda r: loads[r])
+        if loads[r] + lengths[i] > cap:
+            return None
+        rows[r].append(i)
+        loads[r] += lengths[i]
+    return rows
 
 
 def _row(seqs) -> MicroBatch:
@@ -229,24 +240,50 @@ def _row(seqs) -> MicroBatch:
 
 # ----------------------------------------------------------------------------- log-probabilities, loss
 
+class _TokenLogprobs(torch.autograd.Function):
+    """log p(target) per token, chunked. The gradient w.r.t. the hidden state is computed in the same
+    pass (d logp / d h = w_target - softmax(h W^T) W), so backward is a multiply and nothing is recomputed:
+    2 matmuls per chunk, like the naive path, and never a whole [tokens x vocab] tensor."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, chunk):
+        logp = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
+        need_grad = ctx.needs_input_grad[0]
+        dh = torch.empty_like(h) if need_grad else None
+        for s in range(0, h.shape[0], chunk):
+            hs, ts = h[s:s + chunk], targets[s:s + chunk]
+            logits = (hs @ weight.t()).float()
+            lse = torch.logsumexp(logits, -1)
+            logp[s:s + chunk] = logits.gather(-1, ts[:, None])[:, 0] - lse
+            if need_grad:
+                p = torch.exp(logits.sub_(lse[:, None])).to(weight.dtype)      # softmax, in place
+                dh[s:s + chunk] = (weight[ts] - p @ weight).to(h.dtype)
+        ctx.save_for_backward(dh)
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad):
+        (dh,) = ctx.saved_tensors
+        return grad.to(dh.dtype)[:, None] * dh, None, None, None
+
+
 def _chunk_logp(h, weight, targets):
     logits = (h @ weight.t()).float()
     return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, -1)
 
 
-def token_logprobs(hidden, lm_head_weight, targets, chunk=4096):
-    """log p(targets) from final hidden states [.., T, H] and the output embedding [V, H], T chunks at a
-    time; each chunk's logits are recomputed in backward, so peak extra memory is one [chunk, V] fp32."""
+def token_logprobs(hidden, lm_head_weight, targets, chunk=2048):
+    """log p(targets) (fp32) from final hidden states [.., T, H] and the output embedding [V, H], `chunk`
+    tokens at a time: peak extra memory is one [chunk, V] fp32 block plus a [T, H] gradient buffer. The
+    output embedding is frozen in LoRA training; if it does require grad, chunks are recomputed in
+    backward instead (torch checkpointing)."""
     shape = targets.shape
     h, tg = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1).to(hidden.device)
-    out = []
-    for s in range(0, h.shape[0], chunk):
-        hs, ts = h[s:s + chunk], tg[s:s + chunk]
-        if torch.is_grad_enabled() and (hs.requires_grad or lm_head_weight.requires_grad):
-            out.append(checkpoint(_chunk_logp, hs, lm_head_weight, ts, use_reentrant=False))
-        else:
-            out.append(_chunk_logp(hs, lm_head_weight, ts))
-    return torch.cat(out).view(shape)
+    if lm_head_weight.requires_grad and torch.is_grad_enabled():
+        out = [checkpoint(_chunk_logp, h[s:s + chunk], lm_head_weight, tg[s:s + chunk], use_reentrant=False)
+               for s in range(0, h.shape[0], chunk)]
+        return torch.cat(out).view(shape)
+    return _TokenLogprobs.apply(h, lm_head_weight, tg, chunk).view(shape)
 
 
 def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, eps_low=0.2, eps_high=0.28, beta=0.0,

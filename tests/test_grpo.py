@@ -146,17 +146,22 @@ def test_pack_balances_rows():
 
 # ----------------------------------------------------------------------------- log-probs, loss
 
-def test_chunked_logprobs_equal_naive_values_and_gradients():
+@pytest.mark.parametrize("weight_trains", [False, True])
+def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
     torch.manual_seed(0)
     h = torch.randn(2, 37, 16, requires_grad=True)
-    w = torch.randn(101, 16, requires_grad=True)
+    w = torch.randn(101, 16, requires_grad=weight_trains)
     t = torch.randint(0, 101, (2, 37))
+    upstream = torch.randn(2, 37)          # a non-uniform upstream gradient, as the loss gives
     got = G.token_logprobs(h, w, t, chunk=8)
     want = torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0]
     assert torch.allclose(got, want, atol=1e-5)
-    g1 = torch.autograd.grad(got.sum(), (h, w))
-    g2 = torch.autograd.grad(want.sum(), (h, w))
+    wrt = (h, w) if weight_trains else (h,)
+    g1 = torch.autograd.grad((got * upstream).sum(), wrt)
+    g2 = torch.autograd.grad((want * upstream).sum(), wrt)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g1, g2))
+    with torch.no_grad():
+        assert torch.allclose(G.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
 
 
 def test_loss_equals_hand_computed_reference():
