@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -50,8 +51,9 @@ class AdapterError(ValueError):
     """An adapter that does not fit this model; the message names the file and the offending key."""
 
 
-class Routing:
-    """Shared by every LoRALinear of one model: which adapter(s) the next forward uses."""
+class Routing(threading.local):
+    """Shared by every LoRALinear of one model: which adapter(s) the next forward uses. Per thread, so a
+    trainer thread and the embedded server's decode thread can use one base model at the same time."""
 
     def __init__(self):
         self.active = None       # adapter name, or None for the base model

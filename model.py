@@ -536,19 +536,21 @@ class CausalLM(nn.Module):
         return outs if n else outs[0]
 
 
-def sample(logits, temperature, top_p, gen):
-    """One token from 1-D logits with temperature / nucleus sampling; returns (token, logprob sampled)."""
+def sample(logits, temperature, top_p, gen, top_k=0):
+    """One token from 1-D logits with temperature / top-k / nucleus sampling; returns (token, logprob under
+    the distribution actually sampled from - vLLM's processed logprobs). temperature 0 = greedy."""
     logits = logits.float().cpu()
     if temperature <= 0:
         lp = torch.log_softmax(logits, -1)
         tok = int(lp.argmax())
         return tok, float(lp[tok])
     lp = torch.log_softmax(logits / temperature, -1)
+    if 0 < top_k < lp.shape[0]:
+        lp = torch.log_softmax(lp.masked_fill(lp < lp.topk(top_k).values[-1], float("-inf")), -1)
     if top_p < 1.0:
         p_sorted, idx = lp.exp().sort(descending=True)
         drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p     # keep the smallest prefix reaching top_p
-        lp = lp.index_fill(0, idx[drop], float("-inf"))
-        lp = torch.log_softmax(lp, -1)
+        lp = torch.log_softmax(lp.index_fill(0, idx[drop], float("-inf")), -1)
     tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
     return tok, float(lp[tok])
 
@@ -571,6 +573,28 @@ class Cache:
                 shape = (batch_size, cfg.num_key_value_heads, self.cap, cfg.head_dim)
                 self.kv[i] = (p.new_zeros(shape), p.new_zeros(shape))
 
+    def extend(self, other: "Cache"):
+        """Append `other`'s rows (e.g. a freshly prefilled request) to this batch."""
+        cap = max(self.cap, other.cap)
+        fit = lambda c: torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2) \
+            if c.shape[2] < cap else c   # noqa: E731
+        for i in self.kv:
+            self.kv[i] = tuple(torch.cat([fit(a), fit(b)], 0) for a, b in zip(self.kv[i], other.kv[i]))
+        for i in self.state:
+            self.state[i] = torch.cat([self.state[i], other.state[i]], 0)
+        self.lengths = torch.cat([self.lengths, other.lengths])
+        self.B, self.cap = self.B + other.B, cap
+
+    def select(self, rows):
+        """Keep only these rows, in this order (finished requests leave the batch)."""
+        idx = torch.tensor(rows, dtype=torch.long)
+        for i in self.kv:
+            self.kv[i] = tuple(t.index_select(0, idx.to(t.device)) for t in self.kv[i])
+        for i in self.state:
+            self.state[i] = self.state[i].index_select(0, idx.to(self.state[i].device))
+        self.lengths = self.lengths.index_select(0, idx)
+        self.B = len(rows)
+
     def attend(self, layer, q, k, v, window, seg, B):
         N, h, D = q.shape
         T = N // B
@@ -581,6 +605,7 @@ class Cache:
             grow = lambda c: torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2)
             kc, vc = grow(kc), grow(vc)
             self.kv[layer] = (kc, vc)
+            self.cap = max(self.cap, cap)
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         for b in range(B):        # rows may sit at different lengths (continuous batching)
             s = int(self.lengths[b])

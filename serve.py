@@ -1,0 +1,682 @@
+"""Inference behind vLLM's OpenAI-compatible API: the embedded PyTorch server, the vLLM launcher, a client.
+
+- Embedded server (`python serve.py --model PATH --port N`, or `start_server("local", path)` in process):
+  model.py + lora.py + chat.py behind aiohttp. /v1/chat/completions (streaming too), /v1/completions with
+  token-id prompts, /v1/models, /health, /v1/load_lora_adapter, /v1/unload_lora_adapter, with vLLM's
+  request fields, response shape (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error
+  semantics. One decode thread runs continuous batching: every active request advances one token per
+  step in one forward pass, each row with its own adapter; new requests are prefilled and join between
+  steps. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs).
+- vLLM launcher: `vllm_command(...)` builds the `vllm serve` command line (LoRA, rank, max loras from
+  trainers x staleness, processed logprobs, tool parser by family); `start_server("vllm", ...)` runs it
+  with its log in the run directory, waits for /health, and stops it with its process group.
+- `Client`: the one small async client the trainer and the proxy use.
+
+Left out: n > 1, top_logprobs > 0, beam search, guided decoding (tool_choice "required" or a named
+function is accepted but not enforced), prefix caching, and preemption (a request that cannot fit the
+context is refused up front instead).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from aiohttp import ClientSession, ClientTimeout, web
+
+import lora as L
+import model as M
+from chat import ChatFormat
+
+MAX_BODY = 32 * 2**20
+CHAT_FIELDS = {  # field -> accepted types; everything else is refused with a 400 naming the field
+    "model": str, "messages": list, "tools": (list, type(None)), "tool_choice": (str, dict, type(None)),
+    "temperature": (int, float, type(None)), "top_p": (int, float, type(None)), "top_k": (int, type(None)),
+    "max_tokens": (int, type(None)), "max_completion_tokens": (int, type(None)), "seed": (int, type(None)),
+    "stop": (str, list, type(None)), "n": (int, type(None)), "logprobs": (bool, type(None)),
+    "top_logprobs": (int, type(None)), "return_token_ids": (bool, type(None)), "stream": (bool, type(None)),
+    "stream_options": (dict, type(None)), "skip_special_tokens": (bool, type(None)),
+    "parallel_tool_calls": (bool, type(None)), "user": (str, type(None)),
+    "chat_template_kwargs": (dict, type(None)), "presence_penalty": (int, float, type(None)),
+    "frequency_penalty": (int, float, type(None)),
+}
+COMPLETION_FIELDS = {k: v for k, v in CHAT_FIELDS.items() if k not in ("messages", "tools", "tool_choice",
+                                                                        "parallel_tool_calls", "chat_template_kwargs")}
+COMPLETION_FIELDS.update(prompt=(list, str), echo=(bool, type(None)))
+
+
+class RequestError(Exception):
+    def __init__(self, message, status=400, kind="BadRequestError"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def error_response(e: RequestError):
+    body = {"object": "error", "message": str(e), "type": e.kind, "param": None, "code": e.status}
+    return web.json_response(body, status=e.status)
+
+
+# ----------------------------------------------------------------------------- the decode engine
+
+@dataclass
+class Request:
+    prompt_ids: list
+    adapter: str | None
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list = field(default_factory=list)
+    stop_ids: set = field(default_factory=set)
+    out_ids: list = field(default_factory=list)
+    out_lps: list = field(default_factory=list)
+    finish_reason: str | None = None
+    events: asyncio.Queue | None = None     # ("token", id, logprob) ... ("done", finish_reason)
+    loop: asyncio.AbstractEventLoop | None = None
+    gen: torch.Generator | None = None
+    text: str = ""
+
+    def emit(self, *event):
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+class Engine:
+    """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
+
+    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None):
+        self.model, self.fmt = model, fmt
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
+        self.pending, self.commands = queue.Queue(), queue.Queue()
+        self.active, self.cache = [], model.new_cache(0)
+        self.adapters = {}          # name -> path
+        self.removing = set()
+        self.wake = threading.Event()
+        self.running = True
+        self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self.thread.start()
+
+    # -- called from the event loop
+    def submit(self, req: Request):
+        if self.pending.qsize() >= self.max_queue:
+            raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
+        req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
+        req.gen = torch.Generator().manual_seed(req.seed if req.seed is not None else random.getrandbits(63))
+        self.pending.put(req)
+        self.wake.set()
+        return req
+
+    async def command(self, fn, *args):
+        """Run fn in the engine thread between decode steps (adapter changes never race a forward)."""
+        fut = asyncio.get_running_loop().create_future()
+        self.commands.put((fn, args, fut, asyncio.get_running_loop()))
+        self.wake.set()
+        return await fut
+
+    def stop(self):
+        self.running = False
+        self.wake.set()
+        self.thread.join(timeout=10)
+
+    # -- the engine thread
+    def _loop(self):
+        torch.set_grad_enabled(False)
+        while self.running:
+            self._run_commands()
+            while len(self.active) < self.max_batch and not self.pending.empty():
+                self._prefill(self.pending.get_nowait())
+            if self.active:
+                self._step()
+            else:
+                self.wake.wait(timeout=0.5)
+                self.wake.clear()
+
+    def _run_commands(self):
+        while not self.commands.empty():
+            fn, args, fut, loop = self.commands.get_nowait()
+            try:
+                res, err = fn(*args), None
+            except Exception as e:  # handed back to the awaiting request handler
+                res, err = None, e
+            loop.call_soon_threadsafe(lambda f=fut, r=res, e=err: f.done() or (f.set_exception(e) if e else
+                                                                                   f.set_result(r)))
+        for name in list(self.removing):      # unload once no running request still uses it
+            if all(r.adapter != name for r in self.active):
+                L.remove_adapter(self.model, name)
+                self.removing.discard(name)
+
+    def _prefill(self, req: Request):
+        try:
+            L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
+            cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
+            ids = torch.tensor([req.prompt_ids], device=self.model.device)
+            logits = self.model(ids, cache=cache)[0, -1]
+        except Exception as e:  # never let one request take the engine down
+            req.emit("error", f"prefill failed: {e}")
+            return
+        if self._accept(req, logits):
+            self.cache.extend(cache)
+            self.active.append(req)
+
+    def _step(self):
+        rows = [r.adapter for r in self.active]
+        if hasattr(self.model, "lora_routing"):
+            L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
+        toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
+        try:
+            logits = self.model(toks, cache=self.cache)[:, -1]
+        except Exception as e:    # fail these requests, keep serving
+            for r in self.active:
+                r.emit("error", f"decode failed: {e}")
+            self.active, self.cache = [], self.model.new_cache(0)
+            return
+        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i])]
+        if len(keep) < len(self.active):
+            self.cache.select(keep)
+            self.active = [self.active[i] for i in keep]
+
+    def _accept(self, req: Request, logits) -> bool:
+        """Sample the next token of `req`; returns whether it goes on."""
+        tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
+        req.out_ids.append(tok)
+        req.out_lps.append(lp)
+        reason = None
+        if tok in req.stop_ids:
+            reason = "stop"
+        elif req.stop:
+            req.text = self.fmt.decode(req.out_ids)
+            if any(s in req.text for s in req.stop):
+                reason = "stop"
+        if reason is None and len(req.out_ids) >= req.max_tokens:
+            reason = "length"
+        req.emit("token", tok, lp)
+        if reason:
+            req.finish_reason = reason
+            req.emit("done", reason)
+        return reason is None
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+def _check_fields(body, allowed, what):
+    if not isinstance(body, dict):
+        raise RequestError(f"{what}: the body must be a JSON object")
+    for k, v in body.items():
+        if k not in allowed:
+            raise RequestError(f"{what}: unknown field '{k}'")
+        if not isinstance(v, allowed[k]) or (isinstance(v, bool) and bool not in _types(allowed[k])):
+            raise RequestError(f"{what}: field '{k}' has the wrong type ({type(v).__name__})")
+
+
+def _types(t):
+    return t if isinstance(t, tuple) else (t,)
+
+
+async def _json(request, allowed, what):
+    try:
+        body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestError(f"{what}: request body exceeds {MAX_BODY} bytes") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"{what}: body is not valid JSON ({e})") from None
+    _check_fields(body, allowed, what)
+    return body
+
+
+class Server:
+    def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None):
+        self.path = M.resolve_model(model_path)
+        self.name = name or str(model_path)
+        self.model = M.load_model(self.path, dtype=dtype, device=device)
+        L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
+        self.fmt = ChatFormat.from_checkpoint(self.path)
+        self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len)
+
+    def app(self):
+        @web.middleware
+        async def errors(request, handler):
+            try:
+                return await handler(request)
+            except RequestError as e:
+                return error_response(e)
+
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
+        async def health(request):
+            return web.Response(text="")
+        app.router.add_get("/health", health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/load_lora_adapter", self.load_adapter)
+        app.router.add_post("/v1/unload_lora_adapter", self.unload_adapter)
+        return app
+
+    async def models(self, request):
+        now = int(time.time())
+        card = lambda i, root, parent: {"id": i, "object": "model", "created": now, "owned_by": "harness-rl",  # noqa
+                                        "root": root, "parent": parent, "max_model_len": self.engine.max_model_len}
+        data = [card(self.name, str(self.path), None)]
+        data += [card(n, p, self.name) for n, p in self.engine.adapters.items() if n not in self.engine.removing]
+        return web.json_response({"object": "list", "data": data})
+
+    async def load_adapter(self, request):
+        body = await _json(request, {"lora_name": str, "lora_path": str, "load_inplace": (bool, type(None))},
+                           "load_lora_adapter")
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            raise RequestError("load_lora_adapter: both 'lora_name' and 'lora_path' are required")
+        exists = name in self.engine.adapters and name not in self.engine.removing
+        if exists and not body.get("load_inplace"):
+            raise RequestError(f"The lora adapter '{name}' has already been loaded. If you want to load the "
+                               "adapter in place, set 'load_inplace' to True.")
+
+        def load():
+            L.read_adapter(path)                 # validate before touching the loaded one
+            if name in L.adapter_names(self.model):
+                L.remove_adapter(self.model, name)
+            L.load_adapter(self.model, path, adapter=name)
+            self.engine.removing.discard(name)
+            self.engine.adapters[name] = str(path)
+        try:
+            await self.engine.command(load)
+        except (L.AdapterError, OSError) as e:
+            raise RequestError(f"load_lora_adapter: {e}") from None
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_adapter(self, request):
+        body = await _json(request, {"lora_name": str, "lora_int_id": (int, type(None))}, "unload_lora_adapter")
+        name = body.get("lora_name")
+        if name not in self.engine.adapters or name in self.engine.removing:
+            raise RequestError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
+        self.engine.adapters.pop(name)
+        self.engine.removing.add(name)
+        await self.engine.command(lambda: None)     # let the engine drop it once unused
+        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    def _adapter(self, model_name):
+        if model_name in (None, self.name):
+            return None
+        if model_name in self.engine.adapters and model_name not in self.engine.removing:
+            return model_name
+        raise RequestError(f"The model `{model_name}` does not exist.", 404, "NotFoundError")
+
+    def _request(self, body, prompt_ids, what):
+        n = body.get("n")
+        if n not in (None, 1):
+            raise RequestError(f"{what}: field 'n' must be 1")
+        if body.get("top_logprobs") not in (None, 0):
+            raise RequestError(f"{what}: field 'top_logprobs' > 0 is not supported (use 0)")
+        for k in ("presence_penalty", "frequency_penalty"):
+            if body.get(k) not in (None, 0):
+                raise RequestError(f"{what}: field '{k}' is not supported")
+        if not prompt_ids:
+            raise RequestError(f"{what}: the prompt is empty")
+        V = self.model.config.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < V for t in prompt_ids):
+            raise RequestError(f"{what}: field 'prompt' has token ids outside [0, {V})")
+        room = self.engine.max_model_len - len(prompt_ids)
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or room
+        if max_tokens < 1 or max_tokens > room:
+            raise RequestError(f"{what}: this model's maximum context length is {self.engine.max_model_len} "
+                               f"tokens; the prompt has {len(prompt_ids)} and max_tokens is {max_tokens}")
+        t, p, k = body.get("temperature"), body.get("top_p"), body.get("top_k")
+        if t is not None and t < 0 or p is not None and not 0 < p <= 1 or k is not None and k < -1:
+            raise RequestError(f"{what}: temperature must be >= 0, top_p in (0, 1], top_k >= -1")
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else stop
+        if not all(isinstance(s, str) for s in stop):
+            raise RequestError(f"{what}: field 'stop' must be a string or a list of strings")
+        return Request(list(prompt_ids), self._adapter(body.get("model")), max_tokens,
+                       1.0 if t is None else float(t), 1.0 if p is None else float(p), max(k or 0, 0),
+                       body.get("seed"), stop, set(self.fmt.eos_token_ids))
+
+    async def _run(self, req):
+        """Wait for a request's tokens; yields ('token', id, lp) events, then ('done', reason)."""
+        self.engine.submit(req)
+        while True:
+            ev = await req.events.get()
+            if ev[0] == "error":
+                raise RequestError(ev[1], 500, "InternalServerError")
+            yield ev
+            if ev[0] == "done":
+                return
+
+    def _logprobs(self, ids, lps):
+        return {"content": [{"token": self.fmt.decode([t]), "logprob": lp, "bytes": list(self.fmt.decode([t])
+                .encode()), "top_logprobs": []} for t, lp in zip(ids, lps)]}
+
+    def _text(self, req):
+        """Generated text with special tokens kept (tool-call markers are special tokens in LFM2), minus
+        the end-of-turn token that stopped it."""
+        ids = req.out_ids[:-1] if req.out_ids and req.out_ids[-1] in req.stop_ids else req.out_ids
+        return self.fmt.decode(ids)
+
+    def _final_text(self, req):
+        text = self._text(req)
+        for s in req.stop:
+            if s in text:
+                text = text[:text.index(s)]
+        return text
+
+    async def chat(self, request):
+        body = await _json(request, CHAT_FIELDS, "chat/completions")
+        msgs = body.get("messages")
+        if not msgs or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs):
+            raise RequestError("chat/completions: field 'messages' must be a non-empty list of {role, content}")
+        tools = body.get("tools") or None
+        try:
+            prompt = self.fmt.render(msgs, tools=tools, add_generation_prompt=True,
+                                     **(body.get("chat_template_kwargs") or {}))
+        except Exception as e:   # a template error is the request's fault (bad roles, arguments ...)
+            raise RequestError(f"chat/completions: field 'messages' could not be rendered: {e}") from None
+        req = self._request(body, prompt, "chat/completions")
+        parse_tools = tools is not None and body.get("tool_choice") != "none"
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        model_name = body.get("model") or self.name
+        want_lp, want_ids = bool(body.get("logprobs")), bool(body.get("return_token_ids"))
+        if body.get("stream"):
+            return await self._stream_chat(request, req, body, rid, created, model_name, parse_tools, want_lp,
+                                           want_ids)
+        async for _ in self._run(req):
+            pass
+        content, calls = self._parse(req, parse_tools, tools)
+        finish = "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
+        choice = {"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
+                  "logprobs": self._logprobs(req.out_ids, req.out_lps) if want_lp else None,
+                  "finish_reason": finish, "stop_reason": None}
+        out = {"id": rid, "object": "chat.completion", "created": created, "model": model_name,
+               "choices": [choice], "usage": self._usage(req)}
+        if want_ids:
+            out["prompt_token_ids"], choice["token_ids"] = req.prompt_ids, req.out_ids
+        return web.json_response(out)
+
+    def _parse(self, req, parse_tools, tools):
+        text = self._final_text(req)
+        if not parse_tools:
+            return (self.fmt.parse_reasoning(text)[1].strip() or None), []
+        content, calls = self.fmt.parse(text, tools=tools)
+        return content, calls
+
+    MARKERS = ("<|tool_call_start|>", "<tool_call>")
+
+    def _stream_text(self, req, parse_tools):
+        """The content that is certain so far: before any tool-call marker or stop string, without
+        <think> blocks, and holding back what could still turn into a marker, a stop string or trailing
+        whitespace - so the streamed deltas add up to the non-streamed content."""
+        text = self._text(req)
+        hold = list(req.stop) + (list(self.MARKERS) if parse_tools else []) + ["<think>"]
+        cut = min([text.find(m) for m in hold if m in text] or [len(text)])
+        text = text[:cut]
+        text = text[:len(text) - max((k for m in hold for k in range(1, len(m)) if text.endswith(m[:k])), default=0)]
+        return self.fmt.parse_reasoning(text.rstrip("\ufffd"))[1].strip()
+
+    def _usage(self, req):
+        return {"prompt_tokens": len(req.prompt_ids), "completion_tokens": len(req.out_ids),
+                "total_tokens": len(req.prompt_ids) + len(req.out_ids)}
+
+    async def _stream_chat(self, request, req, body, rid, created, model_name, parse_tools, want_lp, want_ids):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+
+        async def send(delta, finish=None, ids=None, lps=None, extra=None):
+            choice = {"index": 0, "delta": delta, "logprobs": self._logprobs(ids, lps) if want_lp and ids else None,
+                      "finish_reason": finish}
+            if want_ids:
+                choice["token_ids"] = ids or []
+            chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model_name,
+                     "choices": [choice], **(extra or {})}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""}, extra={"prompt_token_ids": req.prompt_ids} if want_ids else None)
+        sent = ""
+        try:
+            async for ev in self._run(req):
+                if ev[0] != "token":
+                    continue
+                now = self._stream_text(req, parse_tools)
+                delta = now[len(sent):] if now.startswith(sent) else ""
+                sent += delta
+                await send({"content": delta} if delta else {}, ids=[ev[1]], lps=[ev[2]])
+            content, calls = self._parse(req, parse_tools, body.get("tools"))
+            if content and content.startswith(sent) and len(content) > len(sent):
+                await send({"content": content[len(sent):]})
+            for i, c in enumerate(calls):
+                await send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                            "function": {"name": c["function"]["name"],
+                                                         "arguments": c["function"]["arguments"]}}]})
+            finish = "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
+            await send({}, finish=finish)
+            if (body.get("stream_options") or {}).get("include_usage", True):
+                chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model_name,
+                         "choices": [], "usage": self._usage(req)}
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await resp.write(b"data: [DONE]\n\n")
+        except RequestError as e:
+            await resp.write(f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            req.max_tokens = len(req.out_ids)       # the client went away: stop decoding it
+            raise
+        return resp
+
+    async def completions(self, request):
+        body = await _json(request, COMPLETION_FIELDS, "completions")
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompt = self.fmt.encode(prompt)
+        if body.get("stream"):
+            raise RequestError("completions: streaming is only implemented for chat/completions")
+        req = self._request(body, prompt, "completions")
+        async for _ in self._run(req):
+            pass
+        choice = {"index": 0, "text": self._final_text(req), "finish_reason": req.finish_reason, "stop_reason": None,
+                  "logprobs": {"tokens": [self.fmt.decode([t]) for t in req.out_ids], "token_logprobs": req.out_lps,
+                               "top_logprobs": None, "text_offset": None} if body.get("logprobs") else None}
+        if body.get("return_token_ids"):
+            choice["prompt_token_ids"], choice["token_ids"] = req.prompt_ids, req.out_ids
+        return web.json_response({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                                  "created": int(time.time()), "model": body.get("model") or self.name,
+                                  "choices": [choice], "usage": self._usage(req)})
+
+
+# ----------------------------------------------------------------------------- starting servers
+
+@dataclass
+class Handle:
+    url: str            # base URL, ".../v1" appended by clients
+    stop: object        # callable
+    process: object = None
+    server: object = None
+
+
+def start_local(model_path, port=0, host="127.0.0.1", **kw) -> Handle:
+    """The embedded server in a background thread of this process (its own event loop)."""
+    srv = Server(model_path, **kw)
+    started, box = threading.Event(), {}
+
+    def run():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(srv.app(), access_log=None)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, host, port)
+        loop.run_until_complete(site.start())
+        box["port"], box["loop"], box["runner"] = site._server.sockets[0].getsockname()[1], loop, runner
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=run, name="embedded-server", daemon=True)
+    t.start()
+    started.wait(60)
+
+    def stop():
+        srv.engine.stop()
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(timeout=10)
+    return Handle(f"http://{host}:{box['port']}", stop, server=srv)
+
+
+VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
+
+
+def vllm_command(model_path, port, rank=32, trainers=1, max_staleness=4, model_type=None, max_model_len=None,
+                 extra=()):
+    """The `vllm serve` command line and environment for serving every adapter of a run from one server."""
+    model_type = model_type or M.read_config(M.resolve_model(model_path)).model_type
+    if model_type == "lfm3":
+        raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
+    ranks = L.VLLM_RANKS
+    max_rank = next((r for r in ranks if r >= rank), None)
+    if max_rank is None:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {ranks[-1]}")
+    max_loras = trainers * (max_staleness + 2)        # every version a rollout may still be using, per trainer
+    cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora", "--max-lora-rank", str(max_rank),
+           "--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras),
+           "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+           "--enable-auto-tool-choice", "--tool-call-parser", VLLM_TOOL_PARSERS[model_type]]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+    return cmd + list(extra), env
+
+
+def start_vllm(model_path, run_dir, port=8000, health_timeout=900, **kw) -> Handle:
+    """Start `vllm serve` (log: run_dir/vllm.log), wait for /health; on death, raise with the log tail."""
+    cmd, env = vllm_command(model_path, port, **kw)
+    if shutil.which(cmd[0], path=env.get("PATH")) is None:
+        raise RuntimeError("vllm is not installed (pip install -r requirements-gpu.txt), or use --server local")
+    log_path = Path(run_dir) / "vllm.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def stop(timeout=30):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+    deadline = time.time() + health_timeout
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            stop()
+            raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} ends:\n{tail}")
+        if _healthy(url):
+            return Handle(url, stop, process=proc)
+        if time.time() > deadline:
+            stop()
+            raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
+        time.sleep(0.5)
+
+
+def _healthy(url):
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
+    """kind: "local" (embedded), "vllm" (launch it), or the URL of a server someone else runs."""
+    if kind == "local":
+        return start_local(model_path, **kw)
+    if kind == "vllm":
+        return start_vllm(model_path, run_dir, **kw)
+    url = kind.rstrip("/").removesuffix("/v1")
+    if not _healthy(url):
+        raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
+    return Handle(url, lambda: None)
+
+
+# ----------------------------------------------------------------------------- client
+
+class Client:
+    """Async client for our server or vLLM. Errors raise RuntimeError with the server's message."""
+
+    def __init__(self, url, timeout=600):
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.timeout = ClientTimeout(total=timeout)
+        self._session = None
+
+    async def session(self):
+        if self._session is None or self._session.closed:
+            self._session = ClientSession(timeout=self.timeout)
+        return self._session
+
+    async def close(self):
+        if self._session is not None:
+            await self._session.close()
+
+    async def post(self, path, body, retries=0):
+        for attempt in range(retries + 1):
+            try:
+                s = await self.session()
+                async with s.post(self.url + path, json=body) as r:
+                    text = await r.text()
+                    if r.status == 200:
+                        return json.loads(text) if r.content_type == "application/json" else text
+                    if r.status < 500 or attempt == retries:
+                        raise RuntimeError(f"POST {path} -> {r.status}: {text[:500]}")
+            except (OSError, asyncio.TimeoutError) as e:
+                if attempt == retries:
+                    raise RuntimeError(f"POST {path} failed: {e!r}") from None
+            await asyncio.sleep(min(2 ** attempt, 10))
+
+    async def chat(self, body):
+        return await self.post("/v1/chat/completions", body)
+
+    async def load_adapter(self, name, path, retries=3):
+        return await self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, retries)
+
+    async def unload_adapter(self, name, retries=3):
+        return await self.post("/v1/unload_lora_adapter", {"lora_name": name}, retries)
+
+    async def models(self):
+        s = await self.session()
+        async with s.get(self.url + "/v1/models") as r:
+            return await r.json()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="The embedded multi-LoRA server (vLLM's OpenAI-compatible API).")
+    ap.add_argument("--model", required=True, help="checkpoint directory, HF repo id, or a known model name")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--served-model-name", default=None)
+    ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH", help="adapter to load at start")
+    args = ap.parse_args()
+    srv = Server(args.model, name=args.served_model_name, max_batch=args.max_batch, max_model_len=args.max_model_len)
+    for spec in args.lora:
+        name, _, path = spec.partition("=")
+        L.load_adapter(srv.model, path, adapter=name)
+        srv.engine.adapters[name] = path
+    print(f"serving {srv.name} ({srv.model.config.model_type}) on http://{args.host}:{args.port}/v1", flush=True)
+    web.run_app(srv.app(), host=args.host, port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""serve.py: the embedded server speaks vLLM's protocol; batching, adapters, errors; the vLLM launcher."""
+import asyncio
+import json
+import os
+import stat
+import sys
+
+import aiohttp
+import pytest
+import torch
+
+import lora as L
+import model as M
+import serve as S
+from chat import ChatFormat
+from conftest import free_port, train_scripted_adapter
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+ASK = [{"role": "user", "content": "List the files."}]
+CALL = '<|tool_call_start|>[bash(command="ls -la")]<|tool_call_end|>'
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """One embedded server on the tiny LFM2 checkpoint, with a scripted adapter that answers a tool call
+    and a random one; plus a plain copy of the model for reference forwards."""
+    tmp = tmp_path_factory.mktemp("serve")
+    ckpt = M.write_tiny_checkpoint(tmp / "ckpt", "lfm2", seed=0)
+    scripted = train_scripted_adapter(ckpt, ASK, CALL, tmp / "scripted", tools=TOOLS)
+    ref = M.load_model(ckpt, dtype=torch.float32, device="cpu")
+    L.add_lora(ref, rank=4, adapters=("rand",), seed=1)
+    with torch.no_grad():
+        for p in L.lora_parameters(ref, "rand"):
+            p.normal_(0, 0.2)
+    rand = L.save_adapter(ref, tmp / "rand", adapter="rand")
+    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")
+    yield {"url": h.url, "ckpt": ckpt, "scripted": scripted, "rand": rand, "ref": ref, "tmp": tmp,
+           "fmt": ChatFormat.from_checkpoint(ckpt)}
+    h.stop()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def post(url, path, body, raw=False):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + path, data=body if raw else json.dumps(body)) as r:
+            text = await r.text()
+            return r.status, (json.loads(text) if r.content_type == "application/json" else text)
+
+
+async def stream(url, body):
+    chunks = []
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/chat/completions", json={**body, "stream": True}) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            async for line in r.content:
+                line = line.decode().strip()
+                if line.startswith("data: "):
+                    chunks.append(line[6:])
+    assert chunks[-1] == "[DONE]"
+    return [json.loads(c) for c in chunks[:-1]]
+
+
+def load(env, name, path, **kw):
+    return run(post(env["url"], "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path), **kw}))
+
+
+# ----------------------------------------------------------------------------- protocol
+
+def test_chat_response_has_vllms_shape(env):
+    status, r = run(post(env["url"], "/v1/chat/completions", {
+        "model": "tiny", "messages": ASK, "max_tokens": 6, "logprobs": True, "top_logprobs": 0,
+        "return_token_ids": True, "seed": 1}))
+    assert status == 200 and r["object"] == "chat.completion" and r["model"] == "tiny"
+    c = r["choices"][0]
+    assert c["message"]["role"] == "assistant" and c["finish_reason"] in ("stop", "length")
+    assert len(c["token_ids"]) == len(c["logprobs"]["content"]) == r["usage"]["completion_tokens"] <= 6
+    assert r["prompt_token_ids"] == env["fmt"].render(ASK) and r["usage"]["prompt_tokens"] == len(r["prompt_token_ids"])
+    assert all(isinstance(x["logprob"], float) and x["logprob"] <= 0 for x in c["logprobs"]["content"])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_a_fresh_forward(env, temperature):
+    status, r = run(post(env["url"], "/v1/chat/completions", {
+        "messages": ASK, "max_tokens": 12, "temperature": temperature, "logprobs": True,
+        "return_token_ids": True, "seed": 7}))
+    prompt, out = r["prompt_token_ids"], r["choices"][0]["token_ids"]
+    L.set_adapter(env["ref"], None)
+    with torch.no_grad():
+        logits = env["ref"](torch.tensor([prompt + out]))[0, len(prompt) - 1:-1] / temperature
+    want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
+    got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
+    assert (got - want).abs().max() <= 1e-4
+
+
+def test_scripted_adapter_answers_a_parsed_tool_call(env):
+    assert load(env, "scripted", env["scripted"])[0] == 200
+    body = {"model": "scripted", "messages": ASK, "tools": TOOLS, "temperature": 0, "return_token_ids": True,
+            "logprobs": True, "max_tokens": 40}
+    status, r = run(post(env["url"], "/v1/chat/completions", body))
+    c = r["choices"][0]
+    assert status == 200 and c["finish_reason"] == "tool_calls"
+    (call,) = c["message"]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "bash"
+    assert json.loads(call["function"]["arguments"]) == {"command": "ls -la"} and call["id"]
+    # the same request streamed: same tokens, logprobs, content and tool call
+    chunks = run(stream(env["url"], body))
+    deltas = [ch["choices"][0] for ch in chunks if ch["choices"]]
+    assert deltas[0]["delta"]["role"] == "assistant"
+    assert sum((d.get("token_ids") or [] for d in deltas), []) == c["token_ids"]
+    lps = [x["logprob"] for d in deltas if d["logprobs"] for x in d["logprobs"]["content"]]
+    assert lps == pytest.approx([x["logprob"] for x in c["logprobs"]["content"]], abs=1e-6)
+    calls = [t for d in deltas for t in d["delta"].get("tool_calls", [])]
+    assert [(t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls] == [("bash", {"command": "ls -la"})]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == (c["message"]["content"] or "")
+    assert deltas[-1]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["usage"]["completion_tokens"] == len(c["token_ids"])
+
+
+def test_streamed_and_plain_answers_agree(env):
+    body = {"messages": ASK, "max_tokens": 10, "seed": 3, "logprobs": True, "return_token_ids": True}
+    _, plain = run(post(env["url"], "/v1/chat/completions", body))
+    chunks = run(stream(env["url"], body))
+    deltas = [ch["choices"][0] for ch in chunks if ch["choices"]]
+    assert chunks[0]["prompt_token_ids"] == plain["prompt_token_ids"]
+    assert sum((d.get("token_ids") or [] for d in deltas), []) == plain["choices"][0]["token_ids"]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == (plain["choices"][0]["message"]["content"] or "")
+    assert deltas[-1]["finish_reason"] == plain["choices"][0]["finish_reason"]
+
+
+def test_completions_take_token_ids(env):
+    prompt = env["fmt"].render(ASK)
+    status, r = run(post(env["url"], "/v1/completions", {"prompt": prompt, "max_tokens": 5, "temperature": 0,
+                                                         "return_token_ids": True, "logprobs": True}))
+    c = r["choices"][0]
+    assert status == 200 and c["prompt_token_ids"] == prompt and len(c["token_ids"]) == 5
+    L.set_adapter(env["ref"], None)
+    greedy, _ = env["ref"].generate(prompt, max_new_tokens=5, temperature=0)
+    assert c["token_ids"] == greedy
+
+
+# ----------------------------------------------------------------------------- adapters and batching
+
+def test_models_lists_base_and_adapters_with_parent(env):
+    load(env, "rand-list", env["rand"])
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(env["url"] + "/v1/models") as r:
+                return await r.json()
+    data = run(go())["data"]
+    assert data[0]["id"] == "tiny" and data[0]["parent"] is None
+    assert {"id": "rand-list", "parent": "tiny"}.items() <= next(d for d in data if d["id"] == "rand-list").items()
+
+
+def test_hot_loaded_adapter_changes_answers_and_unloaded_one_is_refused(env):
+    body = {"messages": ASK, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    base = run(post(env["url"], "/v1/chat/completions", body))[1]["choices"][0]["token_ids"]
+    assert load(env, "hot", env["rand"])[0] == 200
+    assert load(env, "hot", env["rand"])[0] == 400                      # reused name without load_inplace
+    assert load(env, "hot", env["rand"], load_inplace=True)[0] == 200
+    hot = run(post(env["url"], "/v1/chat/completions", {**body, "model": "hot"}))[1]["choices"][0]["token_ids"]
+    assert hot != base
+    assert run(post(env["url"], "/v1/unload_lora_adapter", {"lora_name": "hot"}))[0] == 200
+    status, err = run(post(env["url"], "/v1/chat/completions", {**body, "model": "hot"}))
+    assert status == 404 and "hot" in err["message"]
+    assert run(post(env["url"], "/v1/unload_lora_adapter", {"lora_name": "hot"}))[0] == 404
+    assert load(env, "bad", env["tmp"])[0] == 400                       # not an adapter directory
+
+
+def test_multi_adapter_batch_equals_one_request_at_a_time(env):
+    load(env, "ra", env["rand"])
+    load(env, "sc", env["scripted"])
+    reqs = [{"model": m, "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 10,
+             "seed": i, "temperature": 0.9, "logprobs": True, "return_token_ids": True}
+            for i, m in enumerate(["ra", "tiny", "sc", "ra", "tiny", "sc"])]
+
+    async def together():
+        return await asyncio.gather(*(post(env["url"], "/v1/chat/completions", b) for b in reqs))
+    batched = run(together())
+    for b, (status, r) in zip(reqs, batched):
+        status1, alone = run(post(env["url"], "/v1/chat/completions", b))
+        assert status == status1 == 200
+        assert r["choices"][0]["token_ids"] == alone["choices"][0]["token_ids"]
+        got = [x["logprob"] for x in r["choices"][0]["logprobs"]["content"]]
+        want = [x["logprob"] for x in alone["choices"][0]["logprobs"]["content"]]
+        assert got == pytest.approx(want, abs=1e-4)
+
+
+def test_48_concurrent_streaming_sessions_complete(env):
+    async def go():
+        return await asyncio.gather(*(stream(env["url"], {"messages": [{"role": "user", "content": f"s{i}"}],
+                                                          "max_tokens": 16, "seed": i}) for i in range(48)))
+    results = run(go())
+    assert len(results) == 48
+    assert all(r[-1]["usage"]["completion_tokens"] >= 1 for r in results)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("body,status,needle", [
+    ("{not json", 400, "not valid JSON"),
+    (json.dumps({"messages": ASK, "temprature": 1}), 400, "unknown field 'temprature'"),
+    (json.dumps({"messages": ASK, "max_tokens": "5"}), 400, "field 'max_tokens'"),
+    (json.dumps({"messages": ASK, "stream": 1}), 400, "field 'stream'"),
+    (json.dumps({"messages": "hi"}), 400, "field 'messages'"),
+    (json.dumps({"messages": ASK, "n": 2}), 400, "'n'"),
+    (json.dumps({"messages": ASK, "max_tokens": 10**6}), 400, "maximum context length"),
+    (json.dumps({"messages": [{"role": "user", "content": "x" * 40000}]}), 400, "maximum context length"),
+    (json.dumps({"messages": ASK, "model": "nope"}), 404, "does not exist"),
+    (json.dumps([1, 2]), 400, "JSON object"),
+])
+def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(env, body, status, needle):
+    got, err = run(post(env["url"], "/v1/chat/completions", body, raw=True))
+    assert got == status and needle in err["message"], err
+    assert run(post(env["url"], "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))[0] == 200
+
+
+def test_oversize_body_is_a_400(env):
+    got, err = run(post(env["url"], "/v1/chat/completions", "x" * (S.MAX_BODY + 10), raw=True))
+    assert got == 400 and "exceeds" in err["message"]
+
+
+def test_completions_token_ids_out_of_range(env):
+    got, err = run(post(env["url"], "/v1/completions", {"prompt": [1, 10**7], "max_tokens": 2}))
+    assert got == 400 and "token ids" in err["message"]
+
+
+# ----------------------------------------------------------------------------- vLLM launcher
+
+FAKE_VLLM = """#!{python}
+import http.server, json, os, sys
+open(os.environ["FAKE_VLLM_OUT"], "w").write(json.dumps({{"argv": sys.argv[1:],
+    "lora_updating": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")}}))
+print("fake vllm starting", flush=True)
+if os.environ.get("FAKE_VLLM_CRASH"):
+    print("RuntimeError: CUDA out of memory (fake)", flush=True)
+    sys.exit(3)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "vllm"
+    exe.write_text(FAKE_VLLM.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_VLLM_OUT", str(tmp_path / "argv.json"))
+    return tmp_path
+
+
+def test_vllm_command_has_the_documented_flags(tmp_path):
+    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    cmd, env = S.vllm_command(ckpt, 8123, rank=32, trainers=3, max_staleness=4)
+    assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
+    assert "--enable-lora" in cmd and "--enable-auto-tool-choice" in cmd
+    assert flags["--max-lora-rank"] == "32" and flags["--max-loras"] == str(3 * (4 + 2))
+    assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--generation-config"] == "vllm"
+    assert flags["--tool-call-parser"] == "lfm2" and flags["--port"] == "8123"
+    assert S.vllm_command(ckpt, 1, rank=20)[0][S.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
+    lfm3 = M.write_tiny_checkpoint(tmp_path / "lfm3", "lfm3")
+    with pytest.raises(ValueError, match="no LFM3"):
+        S.vllm_command(lfm3, 1)
+
+
+def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
+    ckpt = M.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
+    port = free_port()
+    h = S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
+    try:
+        seen = json.loads((fake_vllm / "argv.json").read_text())
+        assert seen["lora_updating"] == "1" and "--enable-lora" in seen["argv"]
+        assert S._healthy(h.url)
+        assert S.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
+    finally:
+        h.stop()
+    assert h.process.poll() is not None and not S._healthy(h.url)
+    assert "fake vllm starting" in (fake_vllm / "run" / "vllm.log").read_text()
+
+
+def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
+    ckpt = M.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
+    with pytest.raises(RuntimeError, match=r"exited with code 3(.|\n)*CUDA out of memory"):
+        S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
+
+
+def test_no_server_at_url_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="no healthy server"):
+        S.start_server(f"http://127.0.0.1:{free_port()}", "unused")
