@@ -73,11 +73,11 @@ class LoRALinear(nn.Linear):
         self.routing = routing
 
     def add(self, name, rank, scaling):
-        w = self.weight
-        A = torch.empty(rank, self.in_features, device=w.device, dtype=w.dtype)
+        w = self.weight    # adapters are kept in fp32 (master weights) whatever the base dtype
+        A = torch.empty(rank, self.in_features, device=w.device, dtype=torch.float32)
         nn.init.kaiming_uniform_(A, a=math.sqrt(5))      # PEFT's default init
         self.lora_A[name] = nn.Parameter(A)
-        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=w.dtype))
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32))
         self.scaling[name] = scaling
 
     def remove(self, name):
@@ -90,7 +90,7 @@ class LoRALinear(nn.Linear):
         r = self.routing
         if r.rows is None:
             if r.active in self.scaling:     # y + s * (x A^T) B^T, the add fused into one addmm
-                A, B = self.lora_A[r.active], self.lora_B[r.active]
+                A, B = self.lora_A[r.active].to(x.dtype), self.lora_B[r.active].to(x.dtype)
                 return _add_lora(y, x, A, B, self.scaling[r.active])
             return y
         T = x.shape[-2] // len(r.rows) if x.dim() == 2 else None
@@ -103,7 +103,8 @@ class LoRALinear(nn.Linear):
             else:
                 idx = torch.tensor(rows, device=x.device)
             xs = x.index_select(0, idx)
-            delta = (xs @ self.lora_A[name].t()) @ self.lora_B[name].t() * self.scaling[name]
+            A, B = self.lora_A[name].to(x.dtype), self.lora_B[name].to(x.dtype)
+            delta = (xs @ A.t()) @ B.t() * self.scaling[name]
             y = y.index_add(0, idx, delta.to(y.dtype))
         return y
 
@@ -308,16 +309,15 @@ def load_adapter(model, dir, adapter="default"):
                 or B.shape[1] != rank:
             raise AdapterError(f"{wf}: {PREFIX}{mod_name}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} do "
                                f"not fit a {lin.in_features}->{lin.out_features} layer (other base model?)")
-        if rank != r or rank > min(lin.in_features, lin.out_features):
-            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: rank {rank} does not fit (config r={r}, layer "
-                               f"{lin.in_features}->{lin.out_features})")
+        if rank != r:      # (a rank above min(in, out) is legal, as in PEFT: LFM3's 16-wide g_proj at r=32)
+            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: rank {rank} does not match adapter_config.json r={r}")
     if not pairs:
         raise AdapterError(f"{wf}: no LoRA weights in the file")
-    w = model.lm_head.weight
-    for mod_name, ab in pairs.items():     # all checked: now add
+    dev = model.lm_head.weight.device
+    for mod_name, ab in pairs.items():     # all checked: now add (fp32, like adapters made here)
         lin = layers[mod_name]
-        lin.lora_A[adapter] = nn.Parameter(ab["A"].to(w.device, w.dtype), requires_grad=False)
-        lin.lora_B[adapter] = nn.Parameter(ab["B"].to(w.device, w.dtype), requires_grad=False)
+        lin.lora_A[adapter] = nn.Parameter(ab["A"].to(dev, torch.float32), requires_grad=False)
+        lin.lora_B[adapter] = nn.Parameter(ab["B"].to(dev, torch.float32), requires_grad=False)
         lin.scaling[adapter] = scaling
     model.lora_config = getattr(model, "lora_config", {})
     model.lora_config[adapter] = {"r": r, "lora_alpha": alpha, "use_rslora": bool(cfg.get("use_rslora"))}

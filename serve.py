@@ -238,11 +238,15 @@ async def _json(request, allowed, what):
 
 
 class Server:
-    def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None):
+    """model: an already loaded CausalLM to serve (train.py shares its frozen base with the server: the
+    trainer's thread trains the live adapters while this server's thread serves saved versions)."""
+
+    def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None):
         self.path = M.resolve_model(model_path)
         self.name = name or str(model_path)
-        self.model = M.load_model(self.path, dtype=dtype, device=device)
-        L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
+        self.model = model if model is not None else M.load_model(self.path, dtype=dtype, device=device)
+        if not hasattr(self.model, "lora_routing"):
+            L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
         self.fmt = ChatFormat.from_checkpoint(self.path)
         self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len)
 

@@ -1,0 +1,210 @@
+"""Evaluate the base model and any number of adapters on held-out tasks through ONE server, in one job.
+
+    python eval.py --model tiny --harness mini --adapters runs/x/adapters/mini-v4 runs/x/adapters/mini-v12
+    python eval.py --model LFM2.5-24B-A2B --harness pi --server vllm --adapters runs/y/adapters/pi-v*
+    python eval.py ... --guard off          # the ablation: tool calls are not checked
+
+The recipe's trick: the base weights are loaded once and every checkpoint is an adapter name on the same
+server, so 9 checkpoints x 150 sessions run as one batch of concurrent sessions instead of 9 merged models.
+Each (model, task, sample) is a real harness rollout through the proxy, the guard and the verifier.
+
+Reported per model, overall and per task source and type: pass@1 (score == 1) with a 95 % Wilson
+interval, mean score, mean tool calls (also only on tasks both the base and that adapter solve - the
+recipe's "fewer tool calls at equal accuracy" claim), guard blocks, ungraded rollouts. Writes
+`result.json` and a self-contained `report.html` (inline SVG charts, no dependencies).
+
+Left out: pass@k for k > 1, paired significance tests between adapters, cost accounting.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import html
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import harnesses as H
+import lora as L
+import model as M
+import rollout as R
+import serve as S
+import tasks as T
+from train import model_path
+
+
+def wilson(k, n, z=1.96):
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def summarize(rollouts):
+    graded = [r for r in rollouts if r["score"] is not None]
+    k = sum(r["score"] == 1.0 for r in graded)
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    return {"n": len(rollouts), "graded": len(graded), "pass@1": k / len(graded) if graded else None,
+            "ci95": wilson(k, len(graded)), "score": mean([r["score"] for r in graded]),
+            "tool_calls": mean([r["tool_calls"] for r in graded]),
+            "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded)}
+
+
+def report(results, base):
+    out = {"models": {}}
+    by_model = {}
+    for r in results:
+        by_model.setdefault(r["model"], []).append(r)
+    solved = {m: {r["task"] for r in rs if r["score"] == 1.0} for m, rs in by_model.items()}
+    for m, rs in by_model.items():
+        s = summarize(rs)
+        both = solved[m] & solved.get(base, set())
+        s["tool_calls_on_both_solved"] = summarize([r for r in rs if r["task"] in both])["tool_calls"]
+        s["base_tool_calls_on_both_solved"] = summarize([r for r in by_model.get(base, []) if r["task"] in both])[
+            "tool_calls"]
+        for key in ("source", "type"):
+            s["by_" + key] = {v: summarize([r for r in rs if r[key] == v]) for v in sorted({r[key] for r in rs})}
+        out["models"][m] = s
+    return out
+
+
+def bars(title, rows, fmt="{:.2f}", lo_hi=None, width=560):
+    """A horizontal bar chart as inline SVG; rows: [(label, value, (lo, hi) or None)]."""
+    vmax = max([v for _, v, _ in rows if v is not None] + [hi for *_, ci in rows if ci for hi in [ci[1]]] + [1e-9])
+    h, y, parts = 26 * len(rows) + 30, 24, [f'<text x="0" y="14" font-weight="bold">{html.escape(title)}</text>']
+    for label, v, ci in rows:
+        w = 0 if v is None else (width - 200) * v / vmax
+        parts.append(f'<text x="0" y="{y + 13}">{html.escape(label[:24])}</text>'
+                     f'<rect x="170" y="{y}" width="{w:.1f}" height="16" fill="#4a7bd0"/>'
+                     f'<text x="{175 + w:.1f}" y="{y + 13}">{"-" if v is None else fmt.format(v)}</text>')
+        if ci:
+            x0, x1 = 170 + (width - 200) * ci[0] / vmax, 170 + (width - 200) * ci[1] / vmax
+            parts.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y + 8}" y2="{y + 8}" stroke="#222" stroke-width="2"/>')
+        y += 26
+    return f'<svg width="{width}" height="{h}" font-family="sans-serif" font-size="12">{"".join(parts)}</svg>'
+
+
+def write_html(path, rep, meta):
+    ms = rep["models"]
+    charts = [bars("pass@1 (95% interval)", [(m, s["pass@1"], s["ci95"]) for m, s in ms.items()], "{:.0%}"),
+              bars("mean tool calls", [(m, s["tool_calls"], None) for m, s in ms.items()], "{:.1f}"),
+              bars("mean tool calls on tasks solved by both base and model",
+                   [(m, s["tool_calls_on_both_solved"], None) for m, s in ms.items()], "{:.1f}"),
+              bars("guard blocks", [(m, s["guard_blocks"], None) for m, s in ms.items()], "{:.0f}")]
+    rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['pass@1'], '{:.1%}')}"
+                   f"</td><td>{s['ci95'][0]:.1%} - {s['ci95'][1]:.1%}</td><td>{_f(s['tool_calls'])}</td>"
+                   f"<td>{s['guard_blocks']}</td></tr>" for m, s in ms.items())
+    per = "".join(f"<h3>{html.escape(m)}</h3>" + "".join(
+        f"<p>by {k[3:]}: " + ", ".join(f"{html.escape(v)} {_f(x['pass@1'], '{:.0%}')} (n={x['graded']})"
+                                       for v, x in s[k].items()) + "</p>" for k in ("by_source", "by_type"))
+        for m, s in ms.items())
+    Path(path).write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>harness-rl eval</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:900px}}td,th{{padding:4px 10px;text-align:left}}</style>
+</head><body><h1>harness-rl evaluation</h1><p>{html.escape(json.dumps(meta))}</p>
+<table><tr><th>model</th><th>graded</th><th>pass@1</th><th>95% interval</th><th>tool calls</th><th>guard blocks</th></tr>
+{rows}</table>{''.join(f'<p>{c}</p>' for c in charts)}{per}</body></html>""")
+
+
+def _f(v, fmt="{:.2f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+async def evaluate(args):
+    cfg = {"model": args.model, "seed": args.seed}
+    path = model_path(cfg, None)
+    out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = T.load_tasks(args.suite, split=args.split, seed=args.seed)
+    if args.limit:
+        tasks = tasks[:args.limit]
+    harness = H.get_harness(args.harness)
+    await asyncio.to_thread(harness.install)
+    names = {}
+    for a in args.adapters:
+        L.read_adapter(a)                        # fail early, naming the bad adapter
+        names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
+    if args.server == "local":
+        handle = S.start_local(path, name=args.model, max_model_len=args.context)
+    else:
+        handle = S.start_server(args.server, path, run_dir=out, trainers=1)
+    client = S.Client(handle.url)
+    results, sem = [], asyncio.Semaphore(args.sessions)
+    try:
+        for n, a in names.items():
+            await client.load_adapter(n, Path(a).resolve())
+        base = args.model
+        proxies = {}
+        for m in [base, *names]:
+            proxies[m] = R.Proxy(client, lambda m=m: (m, 0), {"temperature": args.temperature,
+                                                                "max_tokens": args.max_tokens},
+                                 guard=args.guard == "on")
+            await proxies[m].start()
+
+        async def one(m, task, i):
+            async with sem:
+                r = R.Rollout(task, harness.name, group=m, index=i)
+                await R.run_rollout(r, harness, proxies[m], out / "sandboxes", max_tokens=args.max_tokens,
+                                    context=args.context)
+                results.append({"model": m, "task": task.name, "source": task.source, "type": task.type,
+                                "sample": i, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
+                                "flagged": r.flagged, "reason": r.reason})
+                print(f"  {m:<20} {task.name:<32} score {r.score} tools {r.tool_calls}"
+                      f"{' BLOCKED' if r.flagged else ''}", flush=True)
+        print(f"evaluating {len(names) + 1} models x {len(tasks)} tasks x {args.samples} samples "
+              f"= {(len(names) + 1) * len(tasks) * args.samples} sessions on {handle.url}", flush=True)
+        t0 = time.time()
+        await asyncio.gather(*(one(m, t, i) for m in [base, *names] for t in tasks for i in range(args.samples)))
+        for p in proxies.values():
+            await p.stop()
+    finally:
+        await client.close()
+        handle.stop()
+    rep = report(results, base)
+    meta = {"model": args.model, "harness": args.harness, "suite": args.suite, "split": args.split,
+            "guard": args.guard, "samples": args.samples, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
+            "adapters": names}
+    (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
+    write_html(out / "report.html", rep, meta)
+    print(f"\n{'model':<24}{'pass@1':>8}{'95% interval':>18}{'tool calls':>12}{'blocks':>8}")
+    for m, s in rep["models"].items():
+        lo, hi = s["ci95"]
+        interval = f"{lo:.0%}-{hi:.0%}"
+        print(f"{m:<24}{_f(s['pass@1'], '{:.1%}'):>8}{interval:>18}{_f(s['tool_calls'], '{:.1f}'):>12}"
+              f"{s['guard_blocks']:>8}")
+    print(f"\nwrote {out / 'result.json'} and {out / 'report.html'}")
+    return rep
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--harness", default="pi")
+    ap.add_argument("--adapters", nargs="*", default=[])
+    ap.add_argument("--suite", default="all")
+    ap.add_argument("--split", default="eval", choices=["eval", "train", "all"])
+    ap.add_argument("--samples", type=int, default=1)
+    ap.add_argument("--sessions", type=int, default=48)
+    ap.add_argument("--server", default="local")
+    ap.add_argument("--guard", default="on", choices=["on", "off"])
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--context", type=int, default=131072)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N tasks")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    if args.split == "all":
+        args.split = None
+    try:
+        asyncio.run(evaluate(args))
+    except (M.CheckpointError, L.AdapterError, T.TaskError, RuntimeError) as e:
+        sys.exit(f"eval.py: {e}")
+
+
+if __name__ == "__main__":
+    main()

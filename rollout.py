@@ -1,0 +1,427 @@
+"""Rollouts inside real harnesses: the guard proxy, per-rollout sandboxes, and the pool of sessions.
+
+- `Proxy` (aiohttp) stands between every harness process and the inference server. Each rollout gets
+  its own base URL `/r/<id>/v1` and secret (Bearer, constant-time compare). A chat request is rewritten
+  into the server's: the current adapter as `model`, the trainer's sampling parameters, `stream: false`,
+  logprobs and `return_token_ids`. Every tool call in the answer passes the guard; a blocked call is
+  removed and a text note takes its place, and the rollout is flagged (reward 0). The turn is recorded
+  exactly as the server returned it (prompt ids, completion ids, logprobs, adapter version) and the
+  answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
+  summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
+- `run_rollout`: a fresh sandbox (work dir from the task environment, HOME, TMPDIR), the harness in its
+  own process group (bubblewrap around it with `sandbox="bwrap"`), killed with its children on timeout,
+  then the verifier; the oracle's files are never in the sandbox during the agent phase. A harness crash,
+  hang or server error leaves the rollout ungraded (score None), never an exception in the pool.
+- `RolloutPool`: keeps up to `max_sessions` rollouts running, tasks scheduled as groups of `group_size`;
+  a group is put on the queue once all its rollouts are done, in order of completion. Each finished
+  rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
+
+Left out: network isolation (the guard's hosts rule is the recipe's network policy), containers,
+retries of failed rollouts (they are simply excluded), multi-node pools.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+import grpo
+import tasks as T
+from guard import Guard
+
+MAX_BODY = 16 * 2**20
+CONTEXT_ERROR = "maximum context length"
+
+
+@dataclass
+class Rollout:
+    task: object                    # tasks.Task
+    harness: str
+    group: str = ""
+    index: int = 0
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    start_version: int = 0
+    turns: list = field(default_factory=list)        # grpo.Turn, in order
+    exchanges: list = field(default_factory=list)    # (request messages, answer message, turn index) for ATIF
+    tools: list | None = None
+    tool_calls: int = 0
+    flagged: bool = False
+    verdicts: list = field(default_factory=list)     # {"call", "rule", "note"} of every blocked call
+    aux_requests: int = 0
+    final_message: str = ""            # the model's last answer (graded by tasks that read AGENT_OUTPUT)
+    errors: list = field(default_factory=list)       # infrastructure failures: make the rollout ungraded
+    exit_code: int | None = None
+    pid: int | None = None             # the harness's process (and process group) id
+    timed_out: bool = False
+    score: float | None = None
+    reason: str = ""
+    reward: float | None = None
+    started: float = 0.0
+    finished: float = 0.0
+    guard: object = None
+
+    @property
+    def version(self):                  # staleness is measured from the start version
+        return self.start_version
+
+
+# ----------------------------------------------------------------------------- the proxy
+
+class Proxy:
+    """adapter(): (model name to send the server, its version). sampling: temperature, top_p, max_tokens.
+    guard=False turns the checks off (eval.py's ablation); calls are still counted."""
+
+    def __init__(self, client, adapter, sampling=None, timeout=600, guard=True):
+        self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
+        self.sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, **(sampling or {})}
+        self.rollouts, self.url, self._runner = {}, None, None
+
+    async def start(self, host="127.0.0.1", port=0):
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/r/{rid}/v1/chat/completions", self.chat)
+        app.router.add_route("*", "/{tail:.*}", self.not_found)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"
+        return self.url
+
+    async def stop(self):
+        if self._runner:
+            await self._runner.cleanup()
+
+    def base_url(self, rollout: Rollout):
+        return f"{self.url}/r/{rollout.id}/v1"
+
+    def register(self, r: Rollout, work_dir=None):
+        r.guard = Guard.for_task(getattr(r.task, "guard", None) or {}, proxy_host=self.url,
+                                 work_dir=str(work_dir) if work_dir else None).session()
+        self.rollouts[r.id] = r
+
+    def unregister(self, r: Rollout):
+        self.rollouts.pop(r.id, None)
+
+    async def not_found(self, request):
+        return web.json_response({"error": {"message": "not found"}}, status=404)
+
+    async def chat(self, request):
+        r = self.rollouts.get(request.match_info["rid"])
+        auth = request.headers.get("Authorization", "").encode()
+        if r is None or not hmac.compare_digest(auth, f"Bearer {r.secret}".encode()):
+            return web.json_response({"error": {"message": "unknown rollout or bad key"}}, status=401)
+        try:
+            body = await request.json()
+            messages = body["messages"]
+            assert isinstance(messages, list) and isinstance(body.get("tools") or [], list)
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response({"error": {"message": f"body over {MAX_BODY} bytes"}}, status=400)
+        except Exception:
+            return web.json_response({"error": {"message": "expected a JSON chat request with messages"}}, status=400)
+        tools = body.get("tools") or None
+        name, version = self.adapter()
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or self.sampling["max_tokens"]
+        req = {"model": name, "messages": messages, "temperature": self.sampling["temperature"],
+               "top_p": self.sampling["top_p"], "max_tokens": min(limit, self.sampling["max_tokens"]),
+               "stream": False, "logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+        if tools:
+            req["tools"] = tools
+            if isinstance(body.get("tool_choice"), str):
+                req["tool_choice"] = body["tool_choice"]
+        try:
+            resp = await asyncio.wait_for(self.client.chat(req), self.timeout)
+            choice = resp["choices"][0]
+            msg = {"role": "assistant", "content": choice["message"].get("content"),
+                   "tool_calls": list(choice["message"].get("tool_calls") or [])}
+            finish = choice.get("finish_reason") or "stop"
+        except Exception as e:
+            text = str(e)
+            if CONTEXT_ERROR in text:     # the session outgrew the context: end it normally, still graded
+                msg, finish, resp, choice = {"role": "assistant", "content": "[context limit reached]",
+                                             "tool_calls": []}, "length", {"usage": {}}, None
+            else:
+                r.errors.append(f"server: {text[:300]}")
+                return web.json_response({"error": {"message": f"upstream failed: {text[:300]}"}}, status=502)
+        if tools and choice is not None:
+            r.tools = tools
+            self._guard(r, msg, tools, messages)
+            if not msg["tool_calls"] and finish == "tool_calls":
+                finish = "stop"
+            lps = [x["logprob"] for x in (choice.get("logprobs") or {}).get("content") or []]
+            r.turns.append(grpo.Turn(resp["prompt_token_ids"], choice["token_ids"], lps, version))
+            r.exchanges.append((messages, msg, len(r.turns) - 1))
+        elif choice is not None:
+            r.aux_requests += 1
+        r.final_message = msg.get("content") or ""        # what the harness gets, notes included
+        usage = resp.get("usage") or {}
+        if body.get("stream"):
+            return await self._sse(request, msg, finish, usage, body)
+        out = {"id": resp.get("id", f"chatcmpl-{uuid.uuid4().hex}"), "object": "chat.completion",
+               "created": int(time.time()), "model": body.get("model") or name,
+               "choices": [{"index": 0, "message": {k: v for k, v in msg.items() if v or k == "content"},
+                            "finish_reason": finish}], "usage": usage}
+        return web.json_response(out)
+
+    def _guard(self, r: Rollout, msg, tools, messages):
+        kept, notes = [], []
+        for call in msg["tool_calls"]:
+            r.tool_calls += 1
+            v = r.guard.check(call, tools, messages) if self.guard_on else None
+            if v is None or v.allowed:
+                kept.append(call)
+            else:
+                notes.append(v.note)
+                r.flagged = True
+                r.verdicts.append({"call": call, "rule": v.rule, "note": v.note})
+        if notes:
+            msg["content"] = "\n".join(filter(None, [msg.get("content")] + notes))
+            msg["tool_calls"] = kept
+
+    async def _sse(self, request, msg, finish, usage, body):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or "policy"
+
+        async def send(delta=None, finish_reason=None, usage_=None):
+            chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [] if usage_ is not None else [{"index": 0, "delta": delta or {},
+                                                               "finish_reason": finish_reason}]}
+            if usage_ is not None:
+                chunk["usage"] = usage_
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        if msg.get("content"):
+            await send({"content": msg["content"]})
+        for i, c in enumerate(msg["tool_calls"]):
+            await send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                        "function": {"name": c["function"]["name"],
+                                                     "arguments": c["function"]["arguments"]}}]})
+        await send({}, finish)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send(usage_=usage)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+# ----------------------------------------------------------------------------- one rollout
+
+def _bwrap(argv, work, home, tmp):
+    """Read-only root, writable sandbox dirs, own PID namespace, dies with us. Network stays shared:
+    the harness must reach the proxy on loopback, and the guard's hosts rule is the network policy."""
+    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    for d in (work, home, tmp):
+        args += ["--bind", str(d), str(d)]
+    return args + ["--chdir", str(work), "--"] + list(argv)
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)     # the harness and everything it started
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
+                      keep=False, sandbox="dir"):
+    """Run one rollout to the end: sandbox, harness, verifier, shaped reward. Never raises for the
+    rollout's own failures: they end up in r.errors / r.score None."""
+    box = Path(root) / r.id
+    work, home, tmp = box / "work", box / "home", box / "tmp"
+    proc = None
+    r.started = time.time()
+    proxy.register(r, work)
+    try:
+        for d in (home, tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(T.materialize, r.task, work)
+        harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, "policy", max_tokens=max_tokens,
+                        context=context)
+        launch = harness.launch(r.task.instruction, home, work, tmp, r.id)
+        argv = _bwrap(launch.argv, work, home, tmp) if sandbox == "bwrap" else launch.argv
+        with open(box / "harness.log", "wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=work, env=launch.env, stdout=log, stderr=log, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
+            r.pid = proc.pid
+            if launch.stdin is not None:
+                proc.stdin.write(launch.stdin)
+                await proc.stdin.drain()
+                proc.stdin.close()
+            try:
+                r.exit_code = await asyncio.wait_for(proc.wait(), timeout or r.task.agent_timeout)
+            except asyncio.TimeoutError:
+                r.timed_out = True
+                r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
+        _kill(proc)
+        proxy.unregister(r)            # nothing the harness left behind can reach the model now
+        ok, why = (False, "timed out") if r.timed_out else harness.succeeded(r.exit_code, home, tmp)
+        if not ok:
+            r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
+        if r.errors:
+            r.score, r.reason = None, r.errors[0]
+        else:
+            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message)
+            r.score, r.reason = res.score, res.reason
+    except asyncio.CancelledError:
+        r.errors.append("cancelled")
+        raise
+    except Exception as e:             # a broken task or harness setup: this rollout is ungraded
+        r.errors.append(f"{type(e).__name__}: {e}")
+        r.score, r.reason = None, r.errors[-1]
+    finally:
+        if proc is not None:
+            _kill(proc)
+        proxy.unregister(r)
+        r.finished = time.time()
+        r.reward = grpo.shaped_reward(r.score, r.tool_calls, r.flagged)
+        if not keep:
+            shutil.rmtree(box, ignore_errors=True)
+    return r
+
+
+def _tail(path, n=400):
+    try:
+        return Path(path).read_text(errors="replace")[-n:].replace("\n", " | ")
+    except OSError:
+        return ""
+
+
+# ----------------------------------------------------------------------------- ATIF
+
+def to_atif(r: Rollout, harness_version="", model_name="policy") -> dict:
+    """The rollout as an ATIF v1.8 trajectory: the conversation the model saw, each model turn with its
+    token ids and logprobs in metrics, tool results as observations; reward and verdicts in `extra`."""
+    steps = []
+    first = r.exchanges[0][0] if r.exchanges else []
+    for m in first:
+        if m.get("role") in ("system", "user", "developer"):
+            steps.append({"step_id": len(steps) + 1, "source": "system" if m["role"] != "user" else "user",
+                          "message": _text(m.get("content"))})
+    for k, (messages, msg, ti) in enumerate(r.exchanges):
+        t = r.turns[ti]
+        calls = [{"tool_call_id": c["id"], "function_name": c["function"]["name"],
+                  "arguments": _args(c["function"].get("arguments"))} for c in msg["tool_calls"]]
+        nxt = r.exchanges[k + 1][0] if k + 1 < len(r.exchanges) else []
+        results = [{"source_call_id": m.get("tool_call_id"), "content": _text(m.get("content"))}
+                   for m in nxt if m.get("role") == "tool" and m.get("tool_call_id") in {c["tool_call_id"] for c in calls}]
+        step = {"step_id": len(steps) + 1, "source": "agent", "model_name": model_name,
+                "message": msg.get("content") or "",
+                "metrics": {"prompt_tokens": len(t.prompt_ids), "completion_tokens": len(t.completion_ids),
+                            "prompt_token_ids": list(t.prompt_ids), "completion_token_ids": list(t.completion_ids),
+                            "logprobs": list(t.logprobs), "extra": {"adapter_version": t.version}}}
+        if calls:
+            step["tool_calls"] = calls
+        if results:
+            step["observation"] = {"results": results}
+        steps.append(step)
+    return {"schema_version": "ATIF-v1.8", "session_id": r.id,
+            "agent": {"name": r.harness, "version": harness_version or "unknown", "model_name": model_name,
+                      "tool_definitions": r.tools or []},
+            "steps": steps,
+            "final_metrics": {"total_prompt_tokens": sum(len(t.prompt_ids) for t in r.turns),
+                              "total_completion_tokens": sum(len(t.completion_ids) for t in r.turns),
+                              "total_steps": len(steps)},
+            "extra": {"task": r.task.name, "group": r.group, "start_version": r.start_version, "score": r.score,
+                      "reward": r.reward, "reason": r.reason, "tool_calls": r.tool_calls, "flagged": r.flagged,
+                      "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
+                      "timed_out": r.timed_out, "aux_requests": r.aux_requests,
+                      "seconds": round(r.finished - r.started, 3)}}
+
+
+def _text(content):
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _args(a):
+    if isinstance(a, dict):
+        return a
+    try:
+        v = json.loads(a or "{}")
+        return v if isinstance(v, dict) else {"_": v}
+    except json.JSONDecodeError:
+        return {"_raw": a}
+
+
+# ----------------------------------------------------------------------------- the pool
+
+@dataclass
+class Group:
+    task: object
+    rollouts: list
+
+
+class RolloutPool:
+    """Keeps up to `max_sessions` rollouts of one harness running. next_task() gives the next training
+    task; version() the current adapter version (recorded at each rollout's start). Finished groups
+    arrive on `self.groups` (an asyncio.Queue), complete, in order of completion."""
+
+    def __init__(self, harness, proxy: Proxy, next_task, version, root, max_sessions=48, group_size=8,
+                 rollouts_dir=None, keep=False, sandbox="dir", max_tokens=4096, context=131072, timeout=None):
+        self.harness, self.proxy, self.next_task, self.version = harness, proxy, next_task, version
+        self.root, self.max_sessions, self.group_size = Path(root), max_sessions, group_size
+        self.rollouts_dir, self.keep, self.sandbox = rollouts_dir, keep, sandbox
+        self.kw = {"max_tokens": max_tokens, "context": context, "timeout": timeout}
+        self.groups = asyncio.Queue()
+        self.slots = asyncio.Semaphore(max_sessions)
+        self.running, self.in_flight, self._tasks, self._scheduler = 0, 0, set(), None
+
+    def start(self):
+        self._scheduler = asyncio.create_task(self._schedule())
+
+    async def _schedule(self):
+        max_groups = -(-self.max_sessions // self.group_size) + 1
+        while True:
+            while self.in_flight >= max_groups:
+                await asyncio.sleep(0.05)
+            task = self.next_task()
+            if task is None:
+                return
+            self.in_flight += 1
+            gid = uuid.uuid4().hex[:8]
+            rollouts = [Rollout(task, self.harness.name, gid, i) for i in range(self.group_size)]
+            t = asyncio.create_task(self._group(task, rollouts))
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _group(self, task, rollouts):
+        try:
+            await asyncio.gather(*(self._one(r) for r in rollouts))
+            await self.groups.put(Group(task, rollouts))
+        finally:
+            self.in_flight -= 1
+
+    async def _one(self, r):
+        async with self.slots:
+            self.running += 1
+            try:
+                r.start_version = self.version()
+                await run_rollout(r, self.harness, self.proxy, self.root, keep=self.keep, sandbox=self.sandbox,
+                                  **self.kw)
+            finally:
+                self.running -= 1
+        if self.rollouts_dir:
+            out = Path(self.rollouts_dir) / f"{self.version():05d}" / f"{r.id}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(to_atif(r, self.harness.version), indent=1))
+
+    async def stop(self):
+        """Cancel everything; every harness process group is killed by run_rollout's cleanup."""
+        if self._scheduler:
+            self._scheduler.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, *( [self._scheduler] if self._scheduler else []), return_exceptions=True)
