@@ -1,0 +1,123 @@
+"""One GRPO training step at the recipe's scale on a GPU: LFM3-1.7B-shaped random weights (bf16), rank-32
+LoRA on every linear layer, a 65 536-token step packed into 4 micro-batches from a realistic length mix,
+chunked log-probs + the clipped loss + backward + AdamW. Prints step time, trained tokens/s, MFU and
+peak memory, with and without activation checkpointing.
+
+    python bench/gpu.py [--budget 65536] [--steps 3] [--peak-tflops 989]
+
+MFU counts the matmul FLOPs a LoRA step must do: forward 2*N*T plus the input-gradient half of backward
+2*N*T for the frozen base (no weight gradients), the LoRA matmuls, the lm_head (forward, and its
+input gradient), and causal attention (2 matmuls, x3 for forward+backward, halved for causality, windowed
+for sliding layers) - divided by the chip's dense bf16 peak (H200 SXM: 989 TFLOP/s).
+"""
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import grpo as G  # noqa: E402
+import lora as L  # noqa: E402
+import model as M  # noqa: E402
+
+LFM3_1_7B = dict(model_type="lfm3", vocab_size=128000, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
+                 num_key_value_heads=4, head_dim=128, intermediate_size=7680, sliding_window=256, conv_L_cache=7)
+
+
+def step_flops(model, seqs, rank):
+    cfg = model.config
+    n_linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith(".weight") and p.dim() == 2
+                   and "embed_tokens" not in n and "lm_head" not in n and ".lora_" not in n)
+    n_lora = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
+    T = sum(len(s) - 1 for s in seqs)
+    f = 4 * n_linear * T + 6 * n_lora * T + 4 * cfg.vocab_size * cfg.hidden_size * T
+    h, D = cfg.num_attention_heads, cfg.head_dim
+    for lt in cfg.layer_types:
+        if lt == "conv":
+            continue
+        for s in seqs:
+            n = len(s) - 1
+            keys = n * (n + 1) / 2 if lt == "full_attention" else n * min(cfg.sliding_window, n)
+            f += 3 * 2 * 2 * h * D * keys
+    return f
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget", type=int, default=65536)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rank", type=int, default=32)
+    ap.add_argument("--median", type=int, default=6000, help="median sequence length of the mix")
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to check the script runs")
+    args = ap.parse_args()
+    dev = torch.device("cpu" if args.smoke else "cuda")
+    shape = dict(LFM3_1_7B, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, intermediate_size=128, vocab_size=1000) if args.smoke else LFM3_1_7B
+    cfg = M.Config.from_dict(dict(shape))
+    torch.manual_seed(0)
+    with dev:
+        model = M.CausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else torch.randn_like(p) * 0.02)
+    model.to(torch.bfloat16).requires_grad_(False).eval()
+    L.add_lora(model, rank=args.rank, alpha=args.rank, adapters=("pi",), seed=0)
+    L.set_adapter(model, "pi")
+    params = L.lora_parameters(model, "pi")
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=1e-5)
+    rng = random.Random(0)
+    seqs = []
+    while sum(len(s) for s in seqs) < 2 * args.budget:
+        n = int(min(max(rng.lognormvariate(0, 0.8) * args.median, 500), args.budget // args.micro_batches))
+        seqs.append(G.Sequence([rng.randrange(cfg.vocab_size) for _ in range(n)], [0] * 200 + [1] * (n - 200),
+                               [-1.0] * n, rng.choice([-1.0, 1.0])))
+    packed = G.pack(seqs, args.budget, args.micro_batches)
+    flops = step_flops(model, [s for mb in packed.micro_batches for s in mb.sequences], args.rank)
+    n_params = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    print(f"# LFM3-1.7B shape ({n_params / 1e9:.2f} B params, bf16) + LoRA r={args.rank} "
+          f"({sum(p.numel() for p in params) / 1e6:.1f} M trainable); step of {packed.tokens} tokens "
+          f"(fill {packed.fill:.0%}) in {len(packed.micro_batches)} micro-batches "
+          f"{[mb.num_tokens for mb in packed.micro_batches]}; {torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}")
+    print(f"{'checkpointing':<15}{'step s':>9}{'tokens/s':>11}{'TFLOP/s':>10}{'MFU':>7}{'peak GiB':>10}")
+    for ckpt in (False, True):
+        model.gradient_checkpointing = ckpt
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for i in range(args.steps + 1):
+            sync()
+            t0 = time.perf_counter()
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            for mb in packed.micro_batches:
+                h = model(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
+                logp = G.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
+                loss, _ = G.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
+                                      num_tokens=packed.loss_tokens)
+                loss.backward()
+                del h, logp, loss
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sync()
+            if i:        # the first step warms up
+                times.append(time.perf_counter() - t0)
+        t = sorted(times)[len(times) // 2]
+        tf = flops / t / 1e12
+        print(f"{'on' if ckpt else 'off':<15}{t:>9.2f}{packed.tokens / t:>11.0f}{tf:>10.0f}{tf / args.peak_tflops:>7.1%}"
+              f"{(torch.cuda.max_memory_allocated() if dev.type == 'cuda' else 0) / 2**30:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()

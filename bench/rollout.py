@@ -1,0 +1,150 @@
+"""The guard proxy's cost and the harnesses' start-up, side by side in one run.
+
+  (a) proxy overhead: 48 concurrent sessions send chat requests (with tools; the answer carries a tool call,
+      so the guard runs) through the proxy to a null upstream that answers at once, vs the same load sent
+      straight to the upstream; prints p50 / p99 latency of both and the difference.
+  (b) start-to-first-request: each harness launched as a rollout would be (fresh sandbox, its config, its
+      offline settings) until its first chat request reaches the proxy.
+
+    python bench/rollout.py [--sessions 48] [--requests 20] [--harnesses mini,pi,opencode,hermes]
+"""
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import harnesses as H  # noqa: E402
+import rollout as R  # noqa: E402
+import serve as S  # noqa: E402
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+ANSWER = {"id": "x", "object": "chat.completion", "prompt_token_ids": list(range(300)), "usage": {},
+          "choices": [{"index": 0, "finish_reason": "tool_calls", "token_ids": list(range(40)),
+                       "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * 40},
+                       "message": {"role": "assistant", "content": None, "tool_calls": [
+                           {"id": "c1", "type": "function", "function": {
+                               "name": "bash", "arguments": '{"command": "python -m pytest -q tests/"}'}}]}}]}
+
+
+async def null_upstream(first_seen=None):
+    async def chat(request):
+        await request.read()
+        if first_seen is not None and "t" not in first_seen:
+            first_seen["t"] = time.perf_counter()
+        return web.json_response(ANSWER)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+async def load(urls_and_keys, requests):
+    """Each session sends `requests` requests one after another; returns every latency."""
+    lat = []
+    body = {"model": "m", "messages": [{"role": "system", "content": "You are a coding agent. " * 200},
+                                       {"role": "user", "content": "Fix the failing test."}], "tools": TOOLS}
+
+    async def session(url, key):
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as s:
+            for _ in range(requests):
+                t = time.perf_counter()
+                async with s.post(url + "/chat/completions", json=body) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                lat.append(time.perf_counter() - t)
+    await asyncio.gather(*(session(u, k) for u, k in urls_and_keys))
+    return lat
+
+
+async def overhead(args):
+    runner, up = await null_upstream()
+    client = S.Client(up)
+    proxy = R.Proxy(client, lambda: ("m", 0))
+    await proxy.start()
+    tmp = Path(tempfile.mkdtemp())
+    task = type("Task", (), {"guard": {}, "name": "bench"})()
+    rollouts = [R.Rollout(task, "bench") for _ in range(args.sessions)]
+    for r in rollouts:
+        proxy.register(r, tmp / r.id)
+    await load([(proxy.base_url(rollouts[0]), rollouts[0].secret)], 5)          # warm-up
+    direct = await load([(up + "/v1", "x")] * args.sessions, args.requests)
+    through = await load([(proxy.base_url(r), r.secret) for r in rollouts], args.requests)
+    await proxy.stop()
+    await client.close()
+    await runner.cleanup()
+    own = list(proxy.overhead)[-args.sessions * args.requests:]
+    q = lambda xs, p: sorted(xs)[int(p * (len(xs) - 1))] * 1e3  # noqa: E731
+    print(f"(a) {args.sessions} concurrent sessions x {args.requests} requests, null upstream, guard on "
+          "(client, proxy and upstream share one event loop, so end-to-end latencies include queueing)")
+    print(f"    {'':<34}{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"    {'end to end, direct to upstream':<34}{q(direct, .5):>9.2f}{q(direct, .99):>9.2f}")
+    print(f"    {'end to end, through the proxy':<34}{q(through, .5):>9.2f}{q(through, .99):>9.2f}")
+    print(f"    {'in the proxy (minus upstream call)':<34}{q(own, .5):>9.2f}{q(own, .99):>9.2f}   (target p50 <= 2 ms)")
+
+
+async def first_request(name):
+    seen = {}
+    runner, up = await null_upstream(seen)
+    client = S.Client(up)
+    proxy = R.Proxy(client, lambda: ("m", 0))
+    await proxy.start()
+    harness = H.get_harness(name)
+    await asyncio.to_thread(harness.install, None, True)
+    with tempfile.TemporaryDirectory() as tmp:
+        box = Path(tmp)
+        work, home, t = box / "work", box / "home", box / "tmp"
+        for d in (work, home, t):
+            d.mkdir()
+        r = R.Rollout(type("Task", (), {"guard": {}, "name": "bench"})(), name)
+        proxy.register(r, work)
+        harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy")
+        launch = harness.launch("List the files.", home, work, t, r.id)
+        t0 = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(*launch.argv, cwd=work, env=launch.env, start_new_session=True,
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        if launch.stdin is not None:
+            proc.stdin.write(launch.stdin)
+        proc.stdin.close()
+        while "t" not in seen and proc.returncode is None and time.perf_counter() - t0 < 120:
+            await asyncio.sleep(0.01)
+        R._kill(proc)
+        await proc.wait()
+    await proxy.stop()
+    await client.close()
+    await runner.cleanup()
+    return seen.get("t", float("nan")) - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=48)
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("--harnesses", default="mini,pi,opencode,hermes")
+    ap.add_argument("--only", choices=["a", "b"])
+    args = ap.parse_args()
+    if args.only != "b":
+        asyncio.run(overhead(args))
+    if args.only != "a":
+        print("(b) start to first chat request, per harness (median of 3)")
+        for name in args.harnesses.split(","):
+            try:
+                ts = [asyncio.run(first_request(name)) for _ in range(3)]
+                print(f"    {name:<10}{statistics.median(ts):>8.2f} s")
+            except Exception as e:  # a harness that cannot be installed here is reported, not fatal
+                print(f"    {name:<10} unavailable: {e}")
+
+
+if __name__ == "__main__":
+    main()

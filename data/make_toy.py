@@ -1,0 +1,35 @@
+"""Writes data/toy/: tasks a tiny random model can partly solve, graded with partial credit (the CPU demo
+and the learning test). Deterministic; usage: python data/make_toy.py [OUT_DIR]"""
+import sys
+
+from taskgen import fresh_suite_dir, read_helper, write_task
+
+TASKS = [  # name, grader mode, instruction, oracle answer
+    ("toy-digits", "digits", "Write any digits into answer.txt.", "0123456789"),
+    ("toy-letter-a", "letter_a", "Write the letter a, as many times as you like, into answer.txt.", "aaaa"),
+    ("toy-upper", "upper", "Write some upper-case letters into answer.txt.", "ABCDEF"),
+    ("toy-one-word", "one_word", "Write exactly one word into answer.txt.", "hello"),
+    ("toy-count", "count_to_five", "Write the numbers 1 to 5, separated by spaces, into answer.txt.", "1 2 3 4 5"),
+    ("toy-ok", "say_ok", "Write the word ok into answer.txt.", "ok"),
+]
+
+README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
+
+
+def main(argv):
+    out = fresh_suite_dir(argv, "toy")
+    for name, mode, instruction, answer in TASKS:
+        write_task(
+            out, name, source="toy", type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
+            instruction=instruction + "\n\nIf you cannot write files, reply with the answer instead: your reply "
+                        "is graded when answer.txt does not exist. Partial answers earn partial credit.",
+            environment={"README.md": README},
+            tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
+                              f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"\n',
+                   "toy_grade.py": read_helper("toy_grade.py")},
+            solution={"solve.sh": f"#!/usr/bin/env bash\nprintf '%s\\n' '{answer}' > answer.txt\n"},
+            tags=["toy", "partial-credit"])
+
+
+if __name__ == "__main__":
+    main(sys.argv)

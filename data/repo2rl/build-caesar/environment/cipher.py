@@ -1,0 +1,6 @@
+def encrypt(text, shift):
+    raise NotImplementedError
+
+
+def decrypt(text, shift):
+    raise NotImplementedError

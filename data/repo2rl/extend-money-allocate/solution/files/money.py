@@ -1,0 +1,39 @@
+import re
+
+
+class Money:
+    """An amount in integer cents of one currency."""
+
+    def __init__(self, cents, currency="EUR"):
+        self.cents, self.currency = int(cents), currency
+
+    def __add__(self, other):
+        if other.currency != self.currency:
+            raise ValueError("currency mismatch")
+        return Money(self.cents + other.cents, self.currency)
+
+    def __eq__(self, other):
+        return (self.cents, self.currency) == (other.cents, other.currency)
+
+    def __repr__(self):
+        return f"Money({self.cents}, {self.currency!r})"
+
+    def __str__(self):
+        sign = "-" if self.cents < 0 else ""
+        return f"{sign}{abs(self.cents) // 100}.{abs(self.cents) % 100:02d} {self.currency}"
+
+    def allocate(self, ratios):
+        total = sum(ratios)
+        parts = [self.cents * r // total for r in ratios]
+        for i in range(self.cents - sum(parts)):
+            parts[i] += 1
+        return [Money(p, self.currency) for p in parts]
+
+    @classmethod
+    def parse(cls, text):
+        m = re.fullmatch(r"(-?)(\d+)\.(\d\d) ([A-Z]{3})", text.strip())
+        if not m:
+            raise ValueError(f"not an amount: {text!r}")
+        cents = int(m.group(2)) * 100 + int(m.group(3))
+        return cls(-cents if m.group(1) else cents, m.group(4))
+

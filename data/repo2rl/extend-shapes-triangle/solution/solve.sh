@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# The reference files, copied over the work dir.
+cp -R "$SOLUTION_DIR/files/." .

@@ -1,0 +1,6 @@
+LOG = []
+
+
+def record(event, **details):
+    """Append an entry to the audit log."""
+    LOG.append((event, details))

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+python3 checksum.py hello > answer.txt

@@ -1,0 +1,5 @@
+from shop import money
+
+
+def refund_cents(amount):
+    return -money.cents(amount)

@@ -1,0 +1,1 @@
+RATES = {"standard": 4.99, "express": 9.99}

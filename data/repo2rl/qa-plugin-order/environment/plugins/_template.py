@@ -1,0 +1,2 @@
+NAME = "template"
+PRIORITY = 100

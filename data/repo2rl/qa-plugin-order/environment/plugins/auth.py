@@ -1,0 +1,2 @@
+NAME = "auth"
+PRIORITY = 10

@@ -1,0 +1,2 @@
+NAME = "cache"
+PRIORITY = 5

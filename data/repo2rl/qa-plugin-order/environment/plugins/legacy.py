@@ -1,0 +1,3 @@
+NAME = "legacy"
+PRIORITY = 99
+ENABLED = False

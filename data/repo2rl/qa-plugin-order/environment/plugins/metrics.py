@@ -1,0 +1,2 @@
+NAME = "metrics"
+PRIORITY = 5

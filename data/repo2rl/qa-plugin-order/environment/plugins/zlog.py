@@ -1,0 +1,2 @@
+NAME = "audit-log"
+PRIORITY = 10

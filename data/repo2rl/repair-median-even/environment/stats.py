@@ -1,0 +1,15 @@
+"""Small descriptive statistics."""
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def median(xs):
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid]
+
+
+def spread(xs):
+    return max(xs) - min(xs)

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+python3 "$SOLUTION_DIR/solve.py"

@@ -1,0 +1,500 @@
+"""The coding-agent harnesses a rollout runs in: pi, opencode and hermes (real, unmodified, pinned) and `mini`
+(a small built-in tool loop for tests and CPU demos). Facts behind every setting: shared/harnesses.md.
+
+Per harness (`HARNESSES[name]`, one instance each):
+- `install()` puts the pinned release into a cache directory once ($HARNESS_RL_CACHE/<name>-<version>, default
+  ~/.cache/harness-rl/harnesses/...): npm for pi and opencode, its own venv for hermes. A file lock makes
+  concurrent callers wait for one install; a marker file written last makes it idempotent.
+- `prepare()` writes the per-rollout config into the sandbox HOME: the proxy's base URL (rollout id in its
+  path), the per-rollout secret as API key, and every offline / quiet setting (no telemetry, update checks,
+  lazy installs, plugin installs, title requests, context files from parent directories; retries: pi none,
+  hermes 1, opencode's fixed 5 cannot be configured).
+- `launch()` returns the one-shot command (the binary install() put in place: call install() once first) and
+  its COMPLETE environment, built from a minimal base (PATH, LANG, HOME, TMPDIR + the harness's own
+  variables): nothing of the caller's, such as API keys, leaks in. The caller runs it with cwd = work dir.
+- `succeeded()` is the harness's own verdict: the exit code; hermes exits 0 when the API fails, so there
+  the usage file's "failed" decides.
+
+CLI: `python harnesses.py install [pi opencode hermes]`, and `python harnesses.py mini --base-url URL
+--api-key KEY --model M [--max-turns N] [--stream] PROMPT`, the built-in agent (tools bash, read, write,
+edit run in its cwd; exit 0 when the model stops calling tools or after max turns, 1 on an API error).
+
+Left out: the sandbox, process group, timeout and proxy (rollout.py); transcripts (the proxy records every
+turn); versions other than the pinned ones; Windows. mini has no context management, no permission layer
+and no retries. pi and hermes get the prompt as an argument (so at most 128 KiB); one starting with "-" or
+"@" gets a leading space (they would read it as an option or a file to attach).
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+PROVIDER = "harness-rl"          # the provider name written into every harness config
+MARKER = ".installed"            # written last by install(): its presence means the install is complete
+MINI_MAX_TURNS = 30
+MINI_BASH_TIMEOUT = 180          # seconds per bash tool call in mini
+MINI_OUTPUT_CHARS = 16_000       # tool output kept per call in mini (head and tail)
+
+
+@dataclass
+class Launch:
+    argv: list                   # the command
+    env: dict                    # the complete environment for the process
+    stdin: bytes | None = None   # written to stdin, then closed; None: /dev/null
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def default_cache() -> Path:
+    root = os.environ.get("HARNESS_RL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "harness-rl" / "harnesses"
+
+
+def _write(path: Path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o600)            # holds the rollout's secret
+
+
+def _write_json(path: Path, obj):
+    _write(path, json.dumps(obj, indent=2) + "\n")
+
+
+def _yaml(obj: dict, indent=0) -> str:
+    """Nested dicts of scalars as block YAML; scalars as JSON, which is valid YAML."""
+    out = []
+    for k, v in obj.items():
+        if isinstance(v, dict):
+            out.append(f"{' ' * indent}{k}:\n{_yaml(v, indent + 2)}")
+        else:
+            out.append(f"{' ' * indent}{k}: {json.dumps(v)}\n")
+    return "".join(out)
+
+
+def _safe_prompt(prompt: str) -> str:
+    return " " + prompt if prompt[:1] in ("-", "@") else prompt
+
+
+def _tail(text: str, lines=40) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _size(path: Path) -> int:
+    """Bytes on disk, hard links counted once (opencode's binary is linked into two packages)."""
+    seen = {f.lstat().st_ino: f.lstat().st_blocks for f in path.rglob("*")}
+    return 512 * sum(seen.values())
+
+
+class Harness:
+    """What every harness shares: the cached install, the minimal environment, exit-code success."""
+    name = version = package = ""
+
+    def __init__(self):
+        self.root = None         # the install directory, once install() ran (else the default location)
+
+    def install_dir(self, cache_dir=None) -> Path:
+        return Path(cache_dir or default_cache()) / f"{self.name}-{self.version}"
+
+    def install(self, cache_dir=None, quiet=False) -> Path:
+        root = self.install_dir(cache_dir)
+        if not (root / MARKER).exists():
+            root.parent.mkdir(parents=True, exist_ok=True)
+            with open(root.parent / f".{root.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)         # another installer finishes first
+                if not (root / MARKER).exists():
+                    self._install_locked(root, quiet)
+        self.root = root
+        return root
+
+    def _install_locked(self, root: Path, quiet: bool):
+        say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+        commands = self.install_commands(root)           # checks the requirements first
+        if root.exists():
+            shutil.rmtree(root)                          # an earlier attempt that did not finish
+        root.mkdir(parents=True)
+        say(f"installing {self.name} ({self.package}=={self.version}) into {root} ...")
+        t0 = time.time()
+        for argv in commands:
+            say("  $ " + " ".join(map(str, argv)))
+            try:
+                p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            except OSError as e:
+                p = subprocess.CompletedProcess(argv, 127, "", str(e))
+            if p.returncode != 0:
+                shutil.rmtree(root, ignore_errors=True)
+                raise InstallError(f"installing {self.name} failed: `{' '.join(map(str, argv))}` exited "
+                                   f"{p.returncode}; last lines of its output:\n{_tail(p.stdout + p.stderr)}")
+        if not self.binary(root).exists():
+            raise InstallError(f"installing {self.name}: {self.binary(root)} is missing after the install")
+        (root / MARKER).write_text(json.dumps({"package": self.package, "version": self.version,
+                                               "installed_at": time.time()}) + "\n")
+        say(f"installed {self.name} {self.version} in {time.time() - t0:.0f} s, {_size(root) / 1e6:.0f} MB")
+
+    def install_commands(self, root: Path) -> list:
+        raise NotImplementedError
+
+    def binary(self, root: Path) -> Path:
+        raise NotImplementedError
+
+    def bin(self) -> str:
+        return str(self.binary(self.root or self.install_dir()))
+
+    def env(self, home: Path, tmp: Path, **extra) -> dict:
+        return {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": str(home),
+                "TMPDIR": str(tmp), **{k: str(v) for k, v in extra.items()}}
+
+    def succeeded(self, returncode: int, home: Path, tmp: Path) -> tuple[bool, str]:
+        return returncode == 0, f"exit code {returncode}"
+
+    def __repr__(self):
+        return f"<harness {self.name} {self.version}>"
+
+
+def _npm_install(package: str, version: str, root: Path, node_min=None) -> list:
+    if not shutil.which("npm") or not shutil.which("node"):
+        raise InstallError(f"installing {package} needs node and npm on PATH (https://nodejs.org), found none")
+    if node_min:
+        v = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+        have = tuple(int(x) for x in v.lstrip("v").split(".")[:2])
+        if have < node_min:
+            raise InstallError(f"{package} needs node >= {'.'.join(map(str, node_min))}, found {v}")
+    return [["npm", "install", "--prefix", root, "--no-audit", "--no-fund", "--no-update-notifier",
+             "--loglevel=error", f"{package}@{version}"]]
+
+
+def _find_python(lo=(3, 11), hi=(3, 14)) -> str:
+    """A Python in [lo, hi): this one, else python3.13 / 3.12 / 3.11 on PATH."""
+    if lo <= sys.version_info[:2] < hi:
+        return sys.executable
+    for name in ("python3.13", "python3.12", "python3.11", "python3"):
+        exe = shutil.which(name)
+        if exe:
+            p = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True)
+            if p.returncode == 0 and lo <= tuple(map(int, p.stdout.split())) < hi:
+                return exe
+    raise InstallError(f"hermes needs Python >= {lo[0]}.{lo[1]} and < {hi[0]}.{hi[1]} (python3.11-3.13 on PATH), "
+                       f"found none (this one is {sys.version.split()[0]})")
+
+
+# ----------------------------------------------------------------------------- pi
+
+class Pi(Harness):
+    name, version, package = "pi", "0.73.1", "@mariozechner/pi-coding-agent"
+
+    def install_commands(self, root):
+        return _npm_install(self.package, self.version, root, node_min=(20, 6))
+
+    def binary(self, root):
+        return root / "node_modules" / ".bin" / "pi"
+
+    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
+        for d in (home, work, tmp):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        agent = Path(home) / ".pi" / "agent"
+        _write_json(agent / "models.json", {"providers": {PROVIDER: {
+            "baseUrl": base_url, "api": "openai-completions", "apiKey": api_key,
+            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+            "models": [{"id": model, "contextWindow": context, "maxTokens": max_tokens}]}}})
+        _write_json(agent / "settings.json", {"enableInstallTelemetry": False,
+                                              "retry": {"enabled": False, "provider": {"maxRetries": 0}}})
+
+    def launch(self, prompt, home, work, tmp, rollout_id):
+        config = json.loads((Path(home) / ".pi" / "agent" / "models.json").read_text())
+        model = config["providers"][PROVIDER]["models"][0]["id"]
+        argv = [self.bin(), "-p", "--provider", PROVIDER, "--model", model, "--no-extensions", "--no-skills",
+                "--no-prompt-templates", "--no-themes", "--no-context-files", _safe_prompt(prompt)]
+        return Launch(argv, self.env(home, tmp, PI_OFFLINE=1, PI_SKIP_VERSION_CHECK=1), None)
+
+
+# ----------------------------------------------------------------------------- opencode
+
+class OpenCode(Harness):
+    """A failed request is retried 5 times (backoff 2, 4, 8, 16, 32 s) whatever the config, for 5xx and any
+    error text matching its "server error" patterns; a `retry-after-ms` header sets the delay instead."""
+    name, version, package = "opencode", "1.18.33", "opencode-ai"
+    PLUGIN = {"@opencode-ai/plugin": "*"}   # pre-seeded so that it does not npm-install it on a fresh HOME
+
+    def install_commands(self, root):
+        return _npm_install(self.package, self.version, root)
+
+    def binary(self, root):
+        return root / "node_modules" / ".bin" / "opencode"
+
+    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
+        for d in (home, work, tmp):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        cfg = Path(home) / ".config" / "opencode"
+        _write_json(cfg / "opencode.json", {
+            "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": PROVIDER,
+                                    "options": {"baseURL": base_url, "apiKey": api_key},
+                                    "models": {model: {"name": model, "tool_call": True,
+                                                       "limit": {"context": context, "output": max_tokens}}}}},
+            "model": f"{PROVIDER}/{model}", "small_model": f"{PROVIDER}/{model}",
+            "autoupdate": False, "share": "disabled", "permission": {"*": "allow"}})
+        _write_json(cfg / "package.json", {"dependencies": self.PLUGIN})
+        _write_json(cfg / "package-lock.json", {"lockfileVersion": 3, "packages": {"": {"dependencies": self.PLUGIN}}})
+        (cfg / "node_modules").mkdir(exist_ok=True)
+        if not (Path(work) / ".git").exists():           # else it reads AGENTS.md from parent directories
+            git = shutil.which("git")
+            if not git:
+                raise RuntimeError("opencode rollouts need git (the work dir is made a repository)")
+            subprocess.run([git, "-c", "init.defaultBranch=main", "init", "-q", str(work)], check=True,
+                           env=self.env(home, tmp), capture_output=True)
+
+    def launch(self, prompt, home, work, tmp, rollout_id):
+        model = json.loads((Path(home) / ".config" / "opencode" / "opencode.json").read_text())["model"]
+        argv = [self.bin(), "run", "--model", model, "--title", rollout_id]
+        env = self.env(home, tmp, OPENCODE_DISABLE_MODELS_FETCH=1, OPENCODE_DISABLE_AUTOUPDATE=1,
+                       OPENCODE_DISABLE_LSP_DOWNLOAD=1)
+        return Launch(argv, env, prompt.encode())
+
+
+# ----------------------------------------------------------------------------- hermes
+
+class Hermes(Harness):
+    name, version, package = "hermes", "0.19.0", "hermes-agent"
+    USAGE = "hermes-usage.json"      # in the sandbox tmp
+    MIN_CONTEXT = 64000              # hermes refuses a smaller context_length
+
+    def install_commands(self, root):
+        python = _find_python()
+        return [[python, "-m", "venv", root / "venv"],
+                [root / "venv" / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
+                 "--no-input", f"{self.package}=={self.version}"]]
+
+    def binary(self, root):
+        return root / "venv" / "bin" / "hermes"
+
+    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
+        for d in (home, work, tmp):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        _write(Path(home) / ".hermes" / "config.yaml", _yaml({
+            "model": {"provider": PROVIDER, "default": model, "context_length": max(context, self.MIN_CONTEXT),
+                      "max_tokens": max_tokens},
+            "providers": {PROVIDER: {"base_url": base_url, "api_key": api_key}},
+            "security": {"allow_lazy_installs": False},
+            "agent": {"api_max_retries": 1}}))
+
+    def launch(self, prompt, home, work, tmp, rollout_id):
+        argv = [self.bin(), "-z", _safe_prompt(prompt), "--usage-file", str(Path(tmp) / self.USAGE)]
+        env = self.env(home, tmp, HERMES_HOME=Path(home) / ".hermes", HERMES_DISABLE_LAZY_INSTALLS=1)
+        return Launch(argv, env, None)
+
+    def succeeded(self, returncode, home, tmp):
+        path = Path(tmp) / self.USAGE
+        try:
+            usage = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            return False, f"no readable usage file ({type(e).__name__}), exit code {returncode}"
+        if usage.get("failed"):
+            why = f": {str(usage['failure'])[:300]}" if usage.get("failure") else ""
+            return False, f"usage file says failed{why} (exit code {returncode})"
+        if returncode != 0:
+            return False, f"exit code {returncode}"
+        return True, "usage file says completed, exit code 0"
+
+
+# ----------------------------------------------------------------------------- mini
+
+class Mini(Harness):
+    """The built-in agent (`mini_main` below), run as a subprocess of this file like any other harness."""
+    name, version, package = "mini", "1", "harnesses.py"
+
+    def install(self, cache_dir=None, quiet=False):
+        return Path(__file__).resolve().parent            # nothing to install: stdlib only
+
+    def binary(self, root):
+        return Path(__file__).resolve()
+
+    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
+        for d in (home, work, tmp):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        _write_json(Path(home) / ".mini" / "config.json", {"base_url": base_url, "api_key": api_key, "model": model,
+                                                           "max_tokens": max_tokens, "max_turns": MINI_MAX_TURNS})
+
+    def launch(self, prompt, home, work, tmp, rollout_id):
+        c = json.loads((Path(home) / ".mini" / "config.json").read_text())
+        argv = [sys.executable, str(Path(__file__).resolve()), "mini", "--base-url", c["base_url"],
+                "--model", c["model"], "--max-tokens", str(c["max_tokens"]), "--max-turns", str(c["max_turns"]),
+                "--", prompt]
+        # the key travels in the environment, not on the (world-readable) command line; mini drops it
+        # before running tools
+        return Launch(argv, self.env(home, tmp, MINI_API_KEY=c["api_key"], PYTHONUNBUFFERED=1), None)
+
+
+MINI_SYSTEM = ("You are a coding agent working in the current directory. Use the tools to inspect and change "
+               "files and run commands. When the task is done, reply with a short summary and no tool call.")
+
+
+def _tool(name, description, **params):
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+        "required": list(params)}}}
+
+
+MINI_TOOLS = [
+    _tool("bash", "Run a bash command in the working directory; returns its output and exit code.",
+          command="the command"),
+    _tool("read", "Read a text file.", path="file path, relative to the working directory"),
+    _tool("write", "Create or overwrite a file.", path="file path", content="the full new content"),
+    _tool("edit", "Replace one exact occurrence of `old` in a file by `new`.", path="file path",
+          old="text to replace (must occur exactly once)", new="replacement text"),
+]
+
+
+def _clip(text: str, n=MINI_OUTPUT_CHARS) -> str:
+    return text if len(text) <= n else f"{text[:n // 2]}\n... [{len(text) - n} characters cut] ...\n{text[-n // 2:]}"
+
+
+def mini_tool(name: str, arguments: str) -> str:
+    """Run one of mini's tools in the current directory; errors come back as text, as in the real harnesses."""
+    try:
+        a = json.loads(arguments or "{}")
+        if name == "bash":
+            p = subprocess.run(["bash", "-c", a["command"]], capture_output=True, text=True, errors="replace",
+                               stdin=subprocess.DEVNULL, timeout=MINI_BASH_TIMEOUT)
+            out = (p.stdout + p.stderr) or "(no output)"
+            return _clip(out + (f"\n(exit code {p.returncode})" if p.returncode else ""))
+        if name == "read":
+            return _clip(Path(a["path"]).read_text(errors="replace"))
+        if name == "write":
+            path = Path(a["path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(a["content"])
+            return f"wrote {len(a['content'])} characters to {a['path']}"
+        if name == "edit":
+            path = Path(a["path"])
+            text = path.read_text()
+            if (n := text.count(a["old"])) != 1 or not a["old"]:
+                return f"error: the old text occurs {n} times in {a['path']}; it must occur exactly once"
+            path.write_text(text.replace(a["old"], a["new"], 1))
+            return f"edited {a['path']}"
+        return f"error: unknown tool {name!r}; the tools are bash, read, write, edit"
+    except subprocess.TimeoutExpired:
+        return f"error: the command timed out after {MINI_BASH_TIMEOUT} s"
+    except KeyError as e:
+        return f"error: missing argument {e}"
+    except (ValueError, TypeError, OSError) as e:
+        return f"error: {type(e).__name__}: {e}"
+
+
+def _read_sse(response) -> dict:
+    """Assemble a streamed chat completion (role / content / tool-call deltas) into one message."""
+    content, calls = [], {}
+    for raw in response:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if chunk.get("error"):
+            raise ValueError(f"error in stream: {chunk['error']}")
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            content.append(delta.get("content") or "")
+            for tc in delta.get("tool_calls") or []:
+                c = calls.setdefault(tc.get("index", 0), {"id": "", "type": "function",
+                                                          "function": {"name": "", "arguments": ""}})
+                c["id"] = tc.get("id") or c["id"]
+                c["function"]["name"] += (tc.get("function") or {}).get("name") or ""
+                c["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+    return {"role": "assistant", "content": "".join(content) or None, "tool_calls": [calls[i] for i in sorted(calls)]}
+
+
+def mini_chat(base_url, api_key, model, messages, max_tokens, stream=False, timeout=600) -> dict:
+    body = {"model": model, "messages": messages, "tools": MINI_TOOLS, "max_tokens": max_tokens}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    request = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {api_key}",
+                                              "Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # the server is local: no http_proxy
+    with opener.open(request, timeout=timeout) as response:
+        return _read_sse(response) if stream else json.loads(response.read())["choices"][0]["message"]
+
+
+def mini_main(args) -> int:
+    api_key = args.api_key or os.environ.get("MINI_API_KEY", "")
+    os.environ.pop("MINI_API_KEY", None)                 # the tools must not see it
+    messages = [{"role": "system", "content": MINI_SYSTEM}, {"role": "user", "content": args.prompt}]
+    for _ in range(args.max_turns):
+        try:
+            msg = mini_chat(args.base_url, api_key, args.model, messages, args.max_tokens, args.stream, args.timeout)
+        except urllib.error.HTTPError as e:
+            print(f"mini: API error: HTTP {e.code}: {e.read()[:1000].decode('utf-8', 'replace')}", file=sys.stderr)
+            return 1
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            print(f"mini: API error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        calls = msg.get("tool_calls") or []
+        messages.append({"role": "assistant", "content": msg.get("content"),
+                         **({"tool_calls": calls} if calls else {})})
+        if not calls:
+            print(msg.get("content") or "")
+            return 0
+        for call in calls:
+            fn = call.get("function") or {}
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""),
+                             "content": mini_tool(fn.get("name", ""), fn.get("arguments", ""))})
+    print(f"mini: stopped after {args.max_turns} turns", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------- registry, CLI
+
+HARNESSES = {"pi": Pi(), "opencode": OpenCode(), "hermes": Hermes(), "mini": Mini()}
+
+
+def get_harness(name: str) -> Harness:
+    if name not in HARNESSES:
+        raise ValueError(f"unknown harness {name!r}; the harnesses are: {', '.join(HARNESSES)}")
+    return HARNESSES[name]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Install the pinned harnesses, or run the built-in mini agent.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("install", help="install harnesses into the cache (idempotent)")
+    i.add_argument("names", nargs="*", default=["pi", "opencode", "hermes"], metavar="NAME",
+                   help="pi, opencode, hermes (default: all three)")
+    i.add_argument("--cache-dir", default=None, help="default: $HARNESS_RL_CACHE or ~/.cache/harness-rl/harnesses")
+    i.add_argument("--quiet", action="store_true")
+    m = sub.add_parser("mini", help="the built-in agent: an OpenAI tool-calling loop in the current directory")
+    m.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
+    m.add_argument("--api-key", default=None, help="default: $MINI_API_KEY")
+    m.add_argument("--model", required=True)
+    m.add_argument("--max-turns", type=int, default=MINI_MAX_TURNS)
+    m.add_argument("--max-tokens", type=int, default=4096)
+    m.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    m.add_argument("--stream", action="store_true", help="ask for SSE chunks")
+    m.add_argument("prompt")
+    args = ap.parse_args(argv)
+    if args.cmd == "mini":
+        return mini_main(args)
+    for name in args.names:
+        try:
+            h = get_harness(name)
+            root = h.install(args.cache_dir, quiet=args.quiet)
+        except (ValueError, InstallError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"{h.name} {h.version}: {h.binary(root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

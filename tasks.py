@@ -1,0 +1,542 @@
+"""Tasks: Harbor-layout task directories, loading, the verifier run, the six checks, the holdout split.
+
+A task is a directory in Harbor's layout (so a SmolDataEnvs-harbor or Repo2RLEnv export loads too):
+
+    instruction.md   the prompt            task.toml   [task] name, [metadata] source/type/difficulty,
+    environment/     the agent's files                 [agent] / [verifier] timeout_sec, [verifier] env,
+    tests/test.sh    the verifier (+ helpers)          [environment] allowed_hosts, [guard] allowances
+    solution/solve.sh  the oracle
+
+`[guard]` (ours, optional): `allow_rules` (guard rule ids the task legitimately triggers), `allow_paths`
+(globs of paths the guard must not treat as oracle/test/reward files), `allow_hosts` (hosts the task may
+reach; `[environment] allowed_hosts` is merged in).
+
+Running a verifier (`verify`): Harbor mounts /tests, /logs/verifier and the agent's work dir into a
+container; here they are directories passed to `bash tests/test.sh` as environment variables:
+
+    WORKDIR       the agent's work dir (also the script's cwd)
+    TESTS_DIR     a fresh copy of the task's tests/, made only now, after the agent phase, outside WORKDIR
+    LOGS_DIR      where the script writes reward.json (a dict of named floats; wins) or reward.txt (one
+                  float); stale reward files are deleted first. Score = reward.json's "reward" key, else
+                  the mean of its values, else reward.txt. The script's output goes to LOGS_DIR/test-stdout.txt.
+    AGENT_OUTPUT  a file holding the agent's final message ("" if none), for tasks graded on the reply
+    SOLUTION_DIR  (oracle runs only) a copy of solution/, for solve.sh
+
+The script runs in its own process group with the task's verifier timeout; on timeout the whole group is
+killed. A score outside [0, 1], no reward file, a timeout or a crash before writing one -> score None
+("ungraded", with the reason): the verifier failed, not the agent.
+
+The six checks (`check_task`, `python tasks.py check DIR`): 1 schema and files, 2 the environment
+materialises (no links out of it), 3 the oracle scores 1, 4 degenerate attempts (no-op, deleting the work
+dir's files) score 0, 5 the verifier gives the same result twice on the same work dir, 6 no leakage: no
+environment file is a copy of a test/solution file, no distinctive test line appears in the environment
+or instruction, and no line the oracle writes is already there.
+
+Holdout (`holdout`, `split_manifest`): per source, the tasks whose sha256(seed/name) ranks lowest are held
+out: 15 % (the recipe holds out 40 of the 270 published Repo2RLEnvs), capped at the recipe's 40 repo2rl /
+150 smoldata. A run records the manifest; passing it back to `load_tasks(manifest=...)` reproduces it.
+
+Left out: containers (Docker files in environment/ are not copied; a Harbor test.sh that hard-codes
+/tests, /logs/verifier or /app must use the variables above), [environment] cpu/memory limits, network
+isolation (the guard's hosts rule), the ladder's last SmolDataEnvs step (symbolic equivalence), and
+leakage of answers shorter than 12 characters (indistinguishable from ordinary data).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+SUITES = ("toy", "smoldata", "repo2rl")
+GUARD_RULES = ("declared-tool", "hosts", "reward-hacking", "test-editing", "answer-lookup", "credentials")
+HOLDOUT_FRACTION = 0.15                       # 40 of the 270 published Repo2RLEnvs
+HOLDOUT_CAP = {"repo2rl": 40, "smoldata": 150}  # the recipe's held-out counts at full size
+DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
+CHECKS = {1: "schema", 2: "materialize", 3: "oracle", 4: "degenerate", 5: "deterministic", 6: "leakage"}
+
+
+class TaskError(Exception):
+    """A malformed task (or several): the message names each offending file."""
+
+
+@dataclass
+class Task:
+    name: str
+    path: Path
+    source: str                  # "smoldata" | "repo2rl" | "toy" | whatever a user's suite says
+    type: str                    # "analysis" | "repair" | "qa" | "build" | "extend" | "toy" ...
+    difficulty: str
+    instruction: str
+    agent_timeout: float = 600.0
+    verifier_timeout: float = 60.0
+    guard: dict = field(default_factory=lambda: {"allow_rules": [], "allow_paths": [], "allow_hosts": []})
+    tags: list = field(default_factory=list)
+    config: dict = field(default_factory=dict)   # the whole task.toml
+
+
+@dataclass
+class Result:
+    score: float | None          # in [0, 1]; None = ungraded (the verifier itself failed)
+    reason: str
+    rewards: dict = field(default_factory=dict)  # reward.json's named floats, or {"reward": x}
+    returncode: int | None = None
+    seconds: float = 0.0
+    output: str = ""             # tail of the script's stdout + stderr
+
+
+@dataclass
+class Failure:
+    check: int
+    name: str
+    reason: str
+
+
+# ----------------------------------------------------------------------------- loading
+
+def load_task(path) -> Task:
+    """One task directory -> Task. Raises TaskError naming the file at fault."""
+    path = Path(path).resolve()
+    toml_path, instr_path, test_path = path / "task.toml", path / "instruction.md", path / "tests" / "test.sh"
+    if not toml_path.is_file():
+        raise TaskError(f"{toml_path}: missing (every task needs task.toml)")
+    try:
+        cfg = tomllib.loads(toml_path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskError(f"{toml_path}: bad TOML: {e}") from None
+    if not instr_path.is_file() or not instr_path.read_text().strip():
+        raise TaskError(f"{instr_path}: missing or empty (every task needs an instruction)")
+    if not test_path.is_file():
+        raise TaskError(f"{test_path}: missing (every task needs a verifier script)")
+
+    def table(key):
+        t = cfg.get(key, {})
+        if not isinstance(t, dict):
+            raise TaskError(f"{toml_path}: [{key}] must be a table")
+        return t
+
+    def seconds(key, default):
+        v = table(key).get("timeout_sec", default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise TaskError(f"{toml_path}: [{key}] timeout_sec must be a positive number, got {v!r}")
+        return float(v)
+
+    meta, env, guard_cfg = table("metadata"), table("environment"), table("guard")
+    guard = {}
+    for key in ("allow_rules", "allow_paths", "allow_hosts"):
+        v = guard_cfg.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise TaskError(f"{toml_path}: [guard] {key} must be a list of strings")
+        guard[key] = list(v)
+    bad = sorted(set(guard["allow_rules"]) - set(GUARD_RULES))
+    if bad:
+        raise TaskError(f"{toml_path}: [guard] allow_rules has unknown rule ids {bad}; known: {list(GUARD_RULES)}")
+    unknown = sorted(set(guard_cfg) - set(guard))
+    if unknown:
+        raise TaskError(f"{toml_path}: [guard] has unknown keys {unknown}")
+    guard["allow_hosts"] += [h for h in env.get("allowed_hosts", []) if h not in guard["allow_hosts"]]
+    suite = path.parent.name
+    return Task(
+        name=str(table("task").get("name") or path.name),
+        path=path,
+        source=str(meta.get("source") or (suite if suite in SUITES else "other")),
+        type=str(meta.get("type") or meta.get("category") or "unknown"),
+        difficulty=str(meta.get("difficulty", "unknown")),
+        instruction=instr_path.read_text(),
+        agent_timeout=seconds("agent", 600.0),
+        verifier_timeout=seconds("verifier", 60.0),
+        guard=guard,
+        tags=list(meta.get("tags", [])),
+        config=cfg,
+    )
+
+
+def task_dirs(root) -> list[Path]:
+    """Every task directory under root (a dir holding task.toml or instruction.md; not searched inside)."""
+    root = Path(root)
+    if (root / "task.toml").exists() or (root / "instruction.md").exists():
+        return [root]
+    out = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        out += task_dirs(d)
+    return out
+
+
+def resolve_suite(path_or_suite) -> Path:
+    p = Path(path_or_suite)
+    if p.exists():
+        return p
+    if str(path_or_suite) == "all":
+        return DATA
+    if (DATA / str(path_or_suite)).is_dir():
+        return DATA / str(path_or_suite)
+    raise TaskError(f"{path_or_suite}: no such directory, and not a suite ({', '.join(SUITES)}, all)")
+
+
+def load_tasks(path_or_suite, split=None, seed=0, manifest=None, check=False, workers=None) -> list[Task]:
+    """All tasks under a directory or suite name ("toy", "smoldata", "repo2rl", "all").
+
+    split: None (all), "train" or "eval" (the holdout, computed over every task found, per source; or the
+    names in `manifest`, a dict or JSON path from `split_manifest`). Every malformed task is reported in
+    one TaskError. check=True also runs the six checks and drops (and reports on stderr) failing tasks.
+    """
+    if split not in (None, "train", "eval"):
+        raise ValueError(f"split must be None, 'train' or 'eval', not {split!r}")
+    root = resolve_suite(path_or_suite)
+    tasks, errors, seen = [], [], {}
+    for d in task_dirs(root):
+        try:
+            t = load_task(d)
+        except TaskError as e:
+            errors.append(str(e))
+            continue
+        if t.name in seen:
+            errors.append(f"{d / 'task.toml'}: duplicate task name {t.name!r} (also {seen[t.name]})")
+            continue
+        seen[t.name] = d
+        tasks.append(t)
+    if errors:
+        raise TaskError(f"{len(errors)} malformed task(s) under {root}:\n  " + "\n  ".join(errors))
+    if split is not None:
+        if manifest is not None:
+            m = manifest if isinstance(manifest, dict) else json.loads(Path(manifest).read_text())
+            held = set(m["eval"])
+        else:
+            held = holdout(tasks, seed)
+        tasks = [t for t in tasks if (t.name in held) == (split == "eval")]
+    if check:
+        report = check_tasks([t.path for t in tasks], workers)
+        for path, fails in report.items():
+            for f in fails:
+                print(f"tasks: dropped {path}: check {f.check} ({f.name}): {f.reason}", file=sys.stderr)
+        tasks = [t for t in tasks if not report[t.path]]
+    return tasks
+
+
+# ----------------------------------------------------------------------------- holdout
+
+def _rank(name, seed):
+    return hashlib.sha256(f"{seed}/{name}".encode()).hexdigest()
+
+
+def holdout(tasks, seed=0) -> set[str]:
+    """Names of the held-out (eval) tasks: per source, the lowest hash ranks, 15 % capped at 40 / 150."""
+    by_source = {}
+    for t in tasks:
+        by_source.setdefault(t.source, []).append(t.name)
+    held = set()
+    for source, names in by_source.items():
+        n = min(HOLDOUT_CAP.get(source, len(names)), max(1, round(HOLDOUT_FRACTION * len(names))))
+        if len(names) < 2:
+            n = 0
+        held.update(sorted(names, key=lambda s: _rank(s, seed))[:n])
+    return held
+
+
+def split_manifest(tasks, seed=0) -> dict:
+    """The split as JSON-ready data, for a run to save (and to pass back as load_tasks(manifest=...))."""
+    held = holdout(tasks, seed)
+    counts = {}
+    for t in tasks:
+        c = counts.setdefault(t.source, {"train": 0, "eval": 0})
+        c["eval" if t.name in held else "train"] += 1
+    return {"seed": seed, "rule": f"per source, lowest sha256('{seed}/name'), {HOLDOUT_FRACTION:.0%} held out, "
+                                  f"capped at {HOLDOUT_CAP}", "counts": counts,
+            "eval": sorted(held), "train": sorted(t.name for t in tasks if t.name not in held)}
+
+
+# ----------------------------------------------------------------------------- running
+
+def materialize(task, workdir) -> Path:
+    """Copy the task's environment/ into a fresh (absent or empty) agent work dir; return it."""
+    workdir = Path(workdir)
+    if workdir.exists() and any(workdir.iterdir()):
+        raise FileExistsError(f"{workdir}: work dir not empty")
+    env = Path(task.path) / "environment"
+    workdir.mkdir(parents=True, exist_ok=True)
+    if env.is_dir():
+        shutil.copytree(env, workdir, symlinks=True, dirs_exist_ok=True,
+                        ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
+    return workdir
+
+
+def _base_env(home):
+    """A small, fixed environment; `python3` is this interpreter (no pyenv shim in between)."""
+    return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+def _run(argv, cwd, env, timeout, log_path):
+    """Run in a new process group; kill the whole group on timeout (and any leftovers after exit)."""
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc, timed_out = p.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            rc, timed_out = None, True
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+    out = Path(log_path).read_bytes()[-4000:].decode(errors="replace")
+    return rc, timed_out, out, time.monotonic() - t0
+
+
+def run_oracle(task, workdir, timeout=None):
+    """Run solution/solve.sh in workdir (cwd), SOLUTION_DIR = a copy of solution/. -> (rc, output)."""
+    with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-") as tmp:
+        sol = Path(tmp) / "solution"
+        shutil.copytree(Path(task.path) / "solution", sol)
+        env = _base_env(tmp) | {"SOLUTION_DIR": str(sol), "WORKDIR": str(Path(workdir).resolve())}
+        rc, timed_out, out, _ = _run(["bash", str(sol / "solve.sh")], workdir, env,
+                                     timeout or task.agent_timeout, Path(tmp) / "solve.log")
+    return (None if timed_out else rc), out
+
+
+def read_reward(logs_dir):
+    """(score, rewards, reason) from reward.json (wins) or reward.txt; score None if absent or invalid."""
+    logs_dir = Path(logs_dir)
+    js, txt = logs_dir / "reward.json", logs_dir / "reward.txt"
+    try:
+        if js.exists():
+            data = json.loads(js.read_text())
+            if isinstance(data, (int, float)) and not isinstance(data, bool):
+                data = {"reward": data}
+            if not isinstance(data, dict) or not data or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+                return None, {}, f"reward.json is not a dict of named floats: {js.read_text()[:200]!r}"
+            rewards = {k: float(v) for k, v in data.items()}
+            score, how = (rewards["reward"], "reward") if "reward" in rewards else \
+                (sum(rewards.values()) / len(rewards), "mean")
+            src = f"reward.json ({how})"
+        elif txt.exists():
+            score, src = float(txt.read_text().strip()), "reward.txt"
+            rewards = {"reward": score}
+        else:
+            return None, {}, "the verifier wrote no reward file"
+    except (ValueError, UnicodeDecodeError) as e:
+        return None, {}, f"unreadable reward file: {e}"
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        return None, rewards, f"{src}: score {score} outside [0, 1]"
+    return score, rewards, f"{src}: {score:g}"
+
+
+def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None) -> Result:
+    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top)."""
+    workdir = Path(workdir).resolve()
+    with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:
+        tmp = Path(tmp)
+        tests, logs = tmp / "tests", Path(logs_dir).resolve() if logs_dir else tmp / "logs"
+        shutil.copytree(Path(task.path) / "tests", tests)
+        logs.mkdir(parents=True, exist_ok=True)
+        for stale in ("reward.txt", "reward.json"):
+            (logs / stale).unlink(missing_ok=True)
+        (tmp / "agent_output.txt").write_text(agent_output or "")
+        (tmp / "home").mkdir()
+        task_env = {str(k): str(v) for k, v in task.config.get("verifier", {}).get("env", {}).items()}
+        env = _base_env(tmp / "home") | task_env | {
+            "WORKDIR": str(workdir), "TESTS_DIR": str(tests), "LOGS_DIR": str(logs),
+            "AGENT_OUTPUT": str(tmp / "agent_output.txt")}
+        workdir.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
+        t = timeout or task.verifier_timeout
+        rc, timed_out, out, secs = _run(["bash", str(tests / "test.sh")], workdir, env, t,
+                                        logs / "test-stdout.txt")
+        if timed_out:
+            return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
+        score, rewards, reason = read_reward(logs)
+        if score is None:
+            reason += f" (exit code {rc})"
+        return Result(score, reason, rewards, rc, secs, out)
+
+
+# ----------------------------------------------------------------------------- the six checks
+
+STOP_PREFIXES = ("import ", "from ", "#", "def ", "class ", "@", "if __name__", "set -", "cd ")
+
+
+def _distinctive(text, min_len):
+    """Lines long and specific enough that seeing one elsewhere means it was copied."""
+    lines = set()
+    for line in text.splitlines():
+        s = " ".join(line.split())
+        if len(s) >= min_len and not s.startswith(STOP_PREFIXES):
+            lines.add(s)
+    return lines
+
+
+def _files(root, limit=1 << 20):
+    """rel path -> bytes for the regular files under root (skipping caches and big files)."""
+    root, out = Path(root), {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts and p.stat().st_size <= limit:
+            out[p.relative_to(root).as_posix()] = p.read_bytes()
+    return out
+
+
+def _text(b):
+    return "" if b"\0" in b else b.decode("utf-8", errors="replace")
+
+
+def _leaks(task, before, after):
+    """Check 6. before/after: the work dir's files before and after the oracle ran."""
+    problems = []
+    secret = {f"{kind}/{rel}": b for kind in ("tests", "solution") for rel, b in _files(task.path / kind).items()}
+    copies = {hashlib.sha256(b).digest(): name for name, b in secret.items() if len(b.strip()) >= 16}
+    for rel, b in before.items():
+        if hashlib.sha256(b).digest() in copies:
+            problems.append(f"environment/{rel} is a copy of {copies[hashlib.sha256(b).digest()]}")
+    haystack = {"instruction.md": _distinctive(task.instruction, 12)}
+    haystack |= {f"environment/{rel}": _distinctive(_text(b), 12) for rel, b in before.items()}
+    env_lines = set().union(*haystack.values()) - haystack["instruction.md"]
+
+    def first_hit(lines, where, skip=None):
+        for line in sorted(lines):
+            hits = [h for h in where if line in haystack[h] and h != skip]
+            if hits:
+                return f"{line[:60]!r} appears in {hits[0]}"
+    for name, b in secret.items():
+        if name.startswith("tests/"):             # hidden test content, anywhere the agent can read
+            hit = first_hit(_distinctive(_text(b), 24), haystack)
+        else:                                     # oracle code the environment does not already hold
+            hit = first_hit(_distinctive(_text(b), 12) - env_lines, ["instruction.md"])
+        if hit:
+            problems.append(f"{name} line {hit}")
+    for rel, b in after.items():                 # what the oracle wrote that the file did not have
+        if before.get(rel) != b:
+            new = _distinctive(_text(b), 12) - _distinctive(_text(before.get(rel, b"")), 12)
+            hit = first_hit(new, haystack, skip=f"environment/{rel}")
+            if hit:
+                problems.append(f"the oracle's output line (in {rel}) {hit}")
+    return problems
+
+
+def check_task(task_dir) -> list[Failure]:
+    """Run the six checks on one task directory; [] when it passes."""
+    task_dir = Path(task_dir)
+    try:
+        task = load_task(task_dir)
+    except TaskError as e:
+        return [Failure(1, CHECKS[1], str(e))]
+    fails = []
+
+    def fail(n, reason):
+        fails.append(Failure(n, CHECKS[n], reason))
+    if not (task.path / "solution" / "solve.sh").is_file():
+        fail(1, f"{task.path / 'solution' / 'solve.sh'}: missing (the checks need an oracle)")
+    if not (task.path / "environment").is_dir():
+        fail(1, f"{task.path / 'environment'}: missing (may be empty, must exist)")
+    if fails:
+        return fails
+    env = task.path / "environment"
+    for p in env.rglob("*"):
+        if p.is_symlink() and not p.resolve().is_relative_to(env.resolve()):
+            fail(2, f"{p}: symlink out of the environment (to {os.readlink(p)})")
+    if fails:
+        return fails
+    with tempfile.TemporaryDirectory(prefix="harness-rl-check-") as tmp:
+        tmp = Path(tmp)
+        try:
+            work = materialize(task, tmp / "oracle")
+        except OSError as e:
+            return [Failure(2, CHECKS[2], f"materialize failed: {e}")]
+        env_files = _files(work)
+        expected = {rel for rel in _files(env) if rel not in DOCKER_FILES}
+        if set(env_files) != expected:
+            fail(2, f"work dir differs from environment/: {sorted(set(env_files) ^ expected)[:5]}")
+        rc, out = run_oracle(task, work)
+        after = _files(work)
+        if rc != 0:
+            fail(3, f"solve.sh {'timed out' if rc is None else f'exited {rc}'}: {out[-300:]}")
+        first, second = verify(task, work), verify(task, work)
+        if first.score is None or abs(first.score - 1.0) > 1e-9:
+            fail(3, f"oracle scored {first.score}: {first.reason} {first.output[-300:]}".strip())
+        if (first.score, first.rewards) != (second.score, second.rewards):
+            fail(5, f"oracle work dir graded {first.score} then {second.score}")
+        noop = materialize(task, tmp / "noop")
+        n1, n2 = verify(task, noop), verify(task, noop)
+        if n1.score != 0.0:
+            fail(4, f"no-op scored {n1.score}: {n1.reason}")
+        if (n1.score, n1.rewards) != (n2.score, n2.rewards) and not any(f.check == 5 for f in fails):
+            fail(5, f"no-op work dir graded {n1.score} then {n2.score}")
+        gone = materialize(task, tmp / "deleted")
+        for p in gone.iterdir():
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        d = verify(task, gone)
+        if d.score != 0.0:
+            fail(4, f"deleting the work dir's files scored {d.score}: {d.reason}")
+        for problem in _leaks(task, env_files, after):
+            fail(6, problem)
+    return fails
+
+
+def check_tasks(dirs, workers=None) -> dict:
+    """check_task over many task dirs in parallel (the work is in subprocesses, so threads suffice)."""
+    dirs = [Path(d).resolve() for d in dirs]
+    workers = workers or 2 * (os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(dirs, pool.map(check_task, dirs)))
+
+
+def _print_table(tasks):
+    types = sorted({t.type for t in tasks})
+    sources = sorted({t.source for t in tasks})
+    rows = [["source", *types, "total"]]
+    for s in sources + ["total"]:
+        counts = [sum(1 for t in tasks if s in (t.source, "total") and t.type == ty) for ty in types]
+        rows.append([s, *map(str, counts), str(sum(counts))])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Harbor-layout tasks: run the six checks, show the holdout split.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="run the six checks on every task under DIR")
+    c.add_argument("dir")
+    c.add_argument("-j", "--workers", type=int, default=None)
+    s = sub.add_parser("split", help="print the holdout manifest of the tasks under DIR")
+    s.add_argument("dir")
+    s.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.cmd == "split":
+        print(json.dumps(split_manifest(load_tasks(args.dir), args.seed), indent=1))
+        return 0
+    t0 = time.time()
+    dirs = task_dirs(resolve_suite(args.dir))
+    report = check_tasks(dirs, args.workers)
+    loaded = []
+    for d in report:
+        try:
+            loaded.append(load_task(d))
+        except TaskError:
+            pass
+    _print_table(loaded)
+    bad = {d: f for d, f in report.items() if f}
+    for d, fails in bad.items():
+        for f in fails:
+            print(f"FAIL {d}  check {f.check} ({f.name}): {f.reason}")
+    print(f"{len(report)} tasks, {len(bad)} failing, {sum(map(len, bad.values()))} failures, "
+          f"{time.time() - t0:.1f}s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

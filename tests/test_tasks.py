@@ -1,0 +1,442 @@
+"""tasks.py + data/: the shipped suites pass the six checks, every check catches its planted defect, the
+verifier contract (env vars, reward files, timeouts), malformed tasks, the holdout split, the graders."""
+import filecmp
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tasks as T
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data"
+
+
+def load_helper(name):
+    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GOOD_TEST = ('if [ "$(cat answer.txt 2>/dev/null)" = "5" ]; then echo 1 > "$LOGS_DIR/reward.txt"; '
+             'else echo 0 > "$LOGS_DIR/reward.txt"; fi\n')
+
+
+def make_task(root, name="t", toml=None, instruction="Write the sum of 2 and 3 to answer.txt.\n",
+              env=None, tests=None, solution=None):
+    """A small valid task (answer 5 in answer.txt, reward 1 / 0); every part can be replaced."""
+    d = Path(root) / name
+    files = {
+        "task.toml": toml if toml is not None else
+        f'[task]\nname = "{name}"\n[metadata]\nsource = "toy"\ntype = "qa"\ndifficulty = "easy"\n'
+        '[verifier]\ntimeout_sec = 10\n',
+        "instruction.md": instruction,
+        **{f"environment/{k}": v for k, v in (env if env is not None else {"notes.txt": "numbers: 2, 3\n"}).items()},
+        **{f"tests/{k}": v for k, v in (tests if tests is not None else {"test.sh": GOOD_TEST}).items()},
+        **{f"solution/{k}": v for k, v in (solution if solution is not None else
+                                           {"solve.sh": "echo 5 > answer.txt\n"}).items()},
+    }
+    for rel, text in files.items():
+        if text is None:
+            continue
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return d
+
+
+def failed_checks(task_dir):
+    return sorted({f.check for f in T.check_task(task_dir)})
+
+
+# ----------------------------------------------------------------------------- the shipped suites
+
+@pytest.fixture(scope="module")
+def shipped_report():
+    t0 = time.time()
+    report = T.check_tasks(T.task_dirs(DATA))
+    return report, time.time() - t0
+
+
+def test_every_shipped_task_passes_the_six_checks(shipped_report):
+    report, seconds = shipped_report
+    bad = {str(d): [f"check {f.check} ({f.name}): {f.reason}" for f in fails] for d, fails in report.items() if fails}
+    assert not bad, json.dumps(bad, indent=1)
+    print(f"{len(report)} tasks checked in {seconds:.1f}s")
+    assert seconds < 150
+
+
+def test_suites_have_the_promised_sizes_and_balance():
+    everything = T.load_tasks("all")
+    by = {}
+    for t in everything:
+        by.setdefault(t.source, {}).setdefault(t.type, 0)
+        by[t.source][t.type] += 1
+    assert sum(by["smoldata"].values()) >= 60 and set(by["smoldata"]) == {"analysis"}
+    assert set(by["repo2rl"]) == {"repair", "qa", "build", "extend"} and min(by["repo2rl"].values()) >= 8
+    assert sum(by["repo2rl"].values()) >= 32
+    assert 3 <= by["toy"]["toy"] <= 10
+    assert len({t.name for t in everything}) == len(everything)
+    assert all(t.difficulty in ("easy", "medium", "hard") for t in everything)
+
+
+def test_data_stays_small():
+    size = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert size < 3_000_000, size
+
+
+@pytest.mark.parametrize("suite", ["toy", "smoldata", "repo2rl"])
+def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
+    out = tmp_path / suite
+    subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)
+
+    def tree(root):
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+                      and "__pycache__" not in p.parts)
+    assert tree(out) == tree(DATA / suite)
+    for rel in tree(out):
+        assert filecmp.cmp(out / rel, DATA / suite / rel, shallow=False), f"{suite}/{rel} differs from its generator"
+
+
+def test_cli_prints_the_table_and_fails_on_a_defect(tmp_path):
+    ok = subprocess.run([sys.executable, "tasks.py", "check", "data/toy"], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "toy" in ok.stdout and "total" in ok.stdout and "0 failing" in ok.stdout
+    make_task(tmp_path, "good")
+    make_task(tmp_path, "bad", solution={"solve.sh": "echo 4 > answer.txt\n"})
+    bad = subprocess.run([sys.executable, "tasks.py", "check", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert bad.returncode == 1
+    assert "FAIL" in bad.stdout and "bad" in bad.stdout and "check 3 (oracle)" in bad.stdout
+    assert "1 failing" in bad.stdout
+
+
+# ----------------------------------------------------------------------------- each check catches its defect
+
+def test_a_sound_task_passes_every_check(tmp_path):
+    assert T.check_task(make_task(tmp_path)) == []
+
+
+def test_check1_bad_toml_and_missing_files(tmp_path):
+    assert failed_checks(make_task(tmp_path, "a", toml="[task\nname = 'x'\n")) == [1]
+    assert failed_checks(make_task(tmp_path, "b", tests={"helper.py": "pass\n"})) == [1]
+    assert failed_checks(make_task(tmp_path, "c", solution={"notes.md": "none\n"})) == [1]
+
+
+def test_check2_symlink_out_of_the_environment(tmp_path):
+    d = make_task(tmp_path)
+    os.symlink(d / "solution" / "solve.sh", d / "environment" / "hint.sh")
+    assert 2 in failed_checks(d)
+
+
+def test_check3_oracle_that_fails(tmp_path):
+    assert failed_checks(make_task(tmp_path, solution={"solve.sh": "echo 6 > answer.txt\n"})) == [3]
+
+
+def test_check3_oracle_that_crashes(tmp_path):
+    fails = T.check_task(make_task(tmp_path, solution={"solve.sh": "exit 3\n"}))
+    assert {f.check for f in fails} == {3} and any("exited 3" in f.reason for f in fails)
+
+
+def test_check4_noop_that_passes(tmp_path):
+    d = make_task(tmp_path, tests={"test.sh": 'echo 1 > "$LOGS_DIR/reward.txt"\n'})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {4} and any("no-op scored 1.0" in f.reason for f in fails)
+
+
+def test_check4_deleting_the_files_must_not_pass(tmp_path):
+    # passes unless notes.txt is intact: the no-op scores 0 only because notes.txt is there
+    d = make_task(tmp_path, tests={"test.sh": (
+        'if [ "$(cat answer.txt 2>/dev/null)" = "5" ] || [ ! -e notes.txt ]; then r=1; else r=0; fi\n'
+        'echo $r > "$LOGS_DIR/reward.txt"\n')})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {4} and any("deleting" in f.reason for f in fails)
+
+
+def test_check5_verifier_that_remembers_the_last_run(tmp_path):
+    d = make_task(tmp_path, tests={"test.sh": (
+        'if [ -e .graded ]; then echo 0.5 > "$LOGS_DIR/reward.txt"; exit; fi; touch .graded\n'
+        'if [ "$(cat answer.txt 2>/dev/null)" = "5" ]; then echo 1; else echo 0; fi > "$LOGS_DIR/reward.txt"\n')})
+    assert failed_checks(d) == [5]
+
+
+def test_check5_random_verifier(tmp_path):
+    d = make_task(tmp_path, tests={"test.sh": (
+        'if [ "$(cat answer.txt 2>/dev/null)" = "5" ]; then python3 -c "import random; print(random.random())"; '
+        'else echo 0; fi > "$LOGS_DIR/reward.txt"\n')})
+    assert 5 in failed_checks(d)
+
+
+def test_check6_environment_holds_a_copy_of_the_solution(tmp_path):
+    solve = "# the reference answer, computed by hand\necho 5 > answer.txt\n"
+    d = make_task(tmp_path, env={"notes.txt": "numbers: 2, 3\n", "old/solve.sh": solve},
+                  solution={"solve.sh": solve})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {6} and any("copy of solution/solve.sh" in f.reason for f in fails)
+
+
+def test_check6_instruction_gives_away_the_oracle_output(tmp_path):
+    d = make_task(tmp_path, instruction="Fix add() in calc.py. Hint: the body should read\n\n"
+                                        "    return left_operand + right_operand\n",
+                  env={"calc.py": "def add(left_operand, right_operand):\n    return left_operand - right_operand\n"},
+                  tests={"test.sh": 'python3 -c "from calc import add; assert add(2, 3) == 5" 2>/dev/null '
+                                    '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n'},
+                  solution={"solve.sh": "sed -i 's/left_operand - right/left_operand + right/' calc.py\n"})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {6}
+    assert any("oracle's output line" in f.reason and "instruction.md" in f.reason for f in fails)
+
+
+def test_check6_instruction_quotes_the_oracle_code(tmp_path):
+    d = make_task(tmp_path, instruction="Write the sum of 2 and 3 to answer.txt, e.g. with\n\n"
+                                        "    open('answer.txt', 'w').write(str(2 + 3))\n",
+                  solution={"solve.sh": 'python3 "$SOLUTION_DIR/solve.py"\n',
+                            "solve.py": "open('answer.txt', 'w').write(str(2 + 3))\n"})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {6} and any("solution/solve.py" in f.reason for f in fails)
+
+
+def test_check6_environment_contains_a_hidden_test_line(tmp_path):
+    line = 'assert parse_duration("1h30m") == 5400, "hours and minutes"'
+    d = make_task(tmp_path, env={"notes.txt": "numbers: 2, 3\n", "scratch.py": f"    {line}\n"},
+                  tests={"test.sh": GOOD_TEST, "test_hidden.py": f"def test_parse():\n    {line}\n"})
+    fails = T.check_task(d)
+    assert {f.check for f in fails} == {6} and any("tests/test_hidden.py" in f.reason for f in fails)
+
+
+# ----------------------------------------------------------------------------- malformed tasks
+
+def test_bad_toml_is_one_clear_error_naming_the_file(tmp_path):
+    d = make_task(tmp_path, toml='[task]\nname = "x\n')
+    with pytest.raises(T.TaskError, match=r"task\.toml: bad TOML") as e:
+        T.load_task(d)
+    assert str(d / "task.toml") in str(e.value)
+
+
+def test_missing_tests_is_one_clear_error_naming_the_file(tmp_path):
+    d = make_task(tmp_path, tests={})
+    with pytest.raises(T.TaskError, match=r"tests/test\.sh: missing"):
+        T.load_task(d)
+
+
+def test_missing_instruction_and_bad_guard_rules(tmp_path):
+    with pytest.raises(T.TaskError, match=r"instruction\.md: missing or empty"):
+        T.load_task(make_task(tmp_path, "a", instruction="  \n"))
+    toml = '[metadata]\nsource = "toy"\n[guard]\nallow_rules = ["test-editing", "anything-goes"]\n'
+    with pytest.raises(T.TaskError, match="unknown rule ids.*anything-goes"):
+        T.load_task(make_task(tmp_path, "b", toml=toml))
+
+
+def test_load_tasks_reports_every_bad_task_at_once(tmp_path):
+    make_task(tmp_path, "fine")
+    make_task(tmp_path, "broken-toml", toml="name = = 1\n")
+    make_task(tmp_path, "no-tests", tests={})
+    with pytest.raises(T.TaskError) as e:
+        T.load_tasks(tmp_path)
+    msg = str(e.value)
+    assert "2 malformed task(s)" in msg and "broken-toml/task.toml" in msg and "no-tests/tests/test.sh" in msg
+
+
+def test_guard_allowances_and_metadata_are_read(tmp_path):
+    toml = ('[task]\nname = "g"\n[metadata]\nsource = "repo2rl"\ntype = "extend"\ndifficulty = "hard"\n'
+            '[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 15\n[environment]\nallowed_hosts = ["pypi.org"]\n'
+            '[guard]\nallow_rules = ["test-editing"]\nallow_paths = ["tests/test_x.py"]\n')
+    t = T.load_task(make_task(tmp_path, toml=toml))
+    assert (t.name, t.source, t.type, t.difficulty) == ("g", "repo2rl", "extend", "hard")
+    assert (t.agent_timeout, t.verifier_timeout) == (120.0, 15.0)
+    assert t.guard == {"allow_rules": ["test-editing"], "allow_paths": ["tests/test_x.py"], "allow_hosts": ["pypi.org"]}
+    todo = next(t for t in T.load_tasks("repo2rl") if t.name == "extend-todo-priority")
+    assert todo.guard["allow_paths"] == ["test_todo.py"]
+
+
+def test_check_while_loading_drops_failing_tasks(tmp_path):
+    make_task(tmp_path, "good")
+    make_task(tmp_path, "leaky-noop", tests={"test.sh": 'echo 1 > "$LOGS_DIR/reward.txt"\n'})
+    assert [t.name for t in T.load_tasks(tmp_path, check=True)] == ["good"]
+
+
+# ----------------------------------------------------------------------------- the verifier contract
+
+def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
+    d = make_task(tmp_path, tests={"test.sh": (
+        'python3 - <<EOF > "$LOGS_DIR/seen.json"\n'
+        'import json, os\n'
+        'print(json.dumps({k: os.environ[k] for k in ("WORKDIR", "TESTS_DIR", "LOGS_DIR", "AGENT_OUTPUT")} | '
+        '{"cwd": os.getcwd(), "listing": sorted(os.listdir("."))}))\n'
+        'EOF\n'
+        'echo 0.25 > "$LOGS_DIR/reward.txt"\n'), "helper.txt": "hidden\n"})
+    task = T.load_task(d)
+    work = T.materialize(task, tmp_path / "work")
+    assert sorted(os.listdir(work)) == ["notes.txt"]
+    logs = tmp_path / "logs"
+    r = T.verify(task, work, logs_dir=logs)
+    seen = json.loads((logs / "seen.json").read_text())
+    assert r.score == 0.25 and r.reason.startswith("reward.txt")
+    assert seen["cwd"] == seen["WORKDIR"] == str(work.resolve()) and seen["listing"] == ["notes.txt"]
+    assert not Path(seen["TESTS_DIR"]).is_relative_to(work) and not Path(seen["TESTS_DIR"]).exists()
+    assert seen["LOGS_DIR"] == str(logs.resolve()) and (logs / "test-stdout.txt").exists()
+    assert sorted(os.listdir(work)) == ["notes.txt"]
+
+
+def test_reward_json_wins_and_named_floats_average(tmp_path):
+    both = make_task(tmp_path, "both", tests={"test.sh": (
+        'echo 1 > "$LOGS_DIR/reward.txt"; echo \'{"reward": 0.3, "passed": 3}\' > "$LOGS_DIR/reward.json"\n')})
+    r = T.verify(T.load_task(both), T.materialize(T.load_task(both), tmp_path / "w1"))
+    assert r.score == 0.3 and r.rewards == {"reward": 0.3, "passed": 3.0}
+    named = make_task(tmp_path, "named", tests={"test.sh": 'echo \'{"a": 1, "b": 0.5}\' > "$LOGS_DIR/reward.json"\n'})
+    r = T.verify(T.load_task(named), T.materialize(T.load_task(named), tmp_path / "w2"))
+    assert r.score == 0.75 and "mean" in r.reason
+
+
+def test_stale_reward_files_are_removed_first(tmp_path):
+    d = make_task(tmp_path, tests={"test.sh": "exit 0\n"})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "reward.txt").write_text("1\n")
+    (logs / "reward.json").write_text('{"reward": 1}\n')
+    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
+    assert r.score is None and "no reward file" in r.reason
+
+
+@pytest.mark.parametrize("script, why", [
+    ("echo 2 > \"$LOGS_DIR/reward.txt\"\n", "outside [0, 1]"),
+    ("echo nan > \"$LOGS_DIR/reward.txt\"\n", "outside [0, 1]"),
+    ("echo '[1, 2]' > \"$LOGS_DIR/reward.json\"\n", "not a dict"),
+    ("echo oops > \"$LOGS_DIR/reward.txt\"\n", "unreadable"),
+    ("echo broken >&2; exit 2\n", "exit code 2"),
+])
+def test_a_failed_verifier_is_ungraded_with_the_reason(tmp_path, script, why):
+    d = make_task(tmp_path, tests={"test.sh": script})
+    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"))
+    assert r.score is None and why in r.reason
+
+
+def test_timeout_kills_the_verifier_and_its_children(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    d = make_task(tmp_path, tests={"test.sh": f"sleep 60 & echo $! > {pidfile}\nsleep 60\n"})
+    t0 = time.time()
+    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
+    assert r.score is None and "timed out after 1s" in r.reason and time.time() - t0 < 10
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+    time.sleep(0.2)
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"     # gone, or dead and not yet reaped
+
+
+def test_agent_output_reaches_reply_graded_tasks(tmp_path):
+    task = T.load_task(DATA / "toy" / "toy-digits")
+    work = T.materialize(task, tmp_path / "w")
+    assert T.verify(task, work, agent_output="12ab").score == 0.5
+    (work / "answer.txt").write_text("1234\n")                     # the file wins over the reply
+    assert T.verify(task, work, agent_output="abcd").score == 1.0
+
+
+def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
+    d = make_task(tmp_path, env={"Dockerfile": "FROM python:3.11\n", "src/app.py": "print(1)\n"})
+    task = T.load_task(d)
+    work = T.materialize(task, tmp_path / "w")
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["src", "src/app.py"]
+    with pytest.raises(FileExistsError):
+        T.materialize(task, work)
+
+
+# ----------------------------------------------------------------------------- repo tasks: partial credit
+
+def test_build_reward_is_the_fraction_of_hidden_tests(tmp_path):
+    task = T.load_task(DATA / "repo2rl" / "build-run-length")
+    work = T.materialize(task, tmp_path / "w")
+    (work / "rle.py").write_text(
+        "import itertools\n\n\ndef encode(text):\n"
+        "    return ''.join(f'{len(list(g))}{k}' for k, g in itertools.groupby(text))\n\n\n"
+        "def decode(code):\n    raise NotImplementedError\n")
+    r = T.verify(task, work)
+    assert r.score == 0.5 and r.rewards == {"reward": 0.5, "passed": 3.0, "total": 6.0}
+
+
+def test_repair_is_all_or_nothing(tmp_path):
+    task = T.load_task(DATA / "repo2rl" / "repair-leap-year")
+    work = T.materialize(task, tmp_path / "w")
+    src = (work / "calendar_utils.py").read_text()
+    (work / "calendar_utils.py").write_text(src.replace("return year % 4 == 0",
+                                                        "return year % 4 == 0 and year != 1900"))
+    assert T.verify(task, work).score == 0.0          # 1900 fixed, 2100 still wrong
+
+
+def test_agent_code_that_kills_the_test_process_scores_zero_not_ungraded(tmp_path):
+    task = T.load_task(DATA / "repo2rl" / "build-caesar")
+    work = T.materialize(task, tmp_path / "w")
+    (work / "cipher.py").write_text("import os\nos._exit(0)\n")
+    r = T.verify(task, work)
+    assert r.score == 0.0 and r.rewards["total"] == 5
+
+
+# ----------------------------------------------------------------------------- holdout split
+
+def fake(source, n):
+    return [T.Task(name=f"{source}-{i}", path=Path("."), source=source, type="x", difficulty="easy",
+                   instruction="x") for i in range(n)]
+
+
+def test_holdout_scales_the_recipe_and_caps_at_full_size():
+    def counts(tasks):
+        held = T.holdout(tasks)
+        return {s: sum(n.startswith(s + "-") for n in held) for s in ("repo2rl", "smoldata", "toy")}
+    full = fake("repo2rl", 270) + fake("smoldata", 2000) + fake("toy", 6)
+    assert counts(full) == {"repo2rl": 40, "smoldata": 150, "toy": 1}       # the recipe's 40 + 150
+    small = fake("repo2rl", 40) + fake("smoldata", 74) + fake("toy", 1)
+    assert counts(small) == {"repo2rl": 6, "smoldata": 11, "toy": 0}        # 15 %, none from a lone task
+
+
+def test_split_is_deterministic_disjoint_and_covers_everything():
+    everything = T.load_tasks("all")
+    train, evals = T.load_tasks("all", split="train"), T.load_tasks("all", split="eval")
+    names = lambda ts: {t.name for t in ts}  # noqa: E731
+    assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
+    assert names(T.load_tasks("all", split="eval")) == names(evals)
+    assert names(T.load_tasks("all", split="eval", seed=1)) != names(evals)
+    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy"}
+
+
+def test_a_recorded_manifest_reproduces_the_split():
+    everything = T.load_tasks("all")
+    manifest = json.loads(json.dumps(T.split_manifest(everything, seed=3)))
+    assert manifest["counts"]["repo2rl"] == {"train": 34, "eval": 6}
+    again = T.load_tasks("all", split="eval", manifest=manifest)
+    assert sorted(t.name for t in again) == manifest["eval"]
+    assert not {t.name for t in T.load_tasks("all", split="train", manifest=manifest)} & set(manifest["eval"])
+
+
+# ----------------------------------------------------------------------------- graders
+
+@pytest.mark.parametrize("answer, expected, reward", [
+    ("West\n", {"answer": "West", "kind": "label"}, 1.0),
+    ("`west`.", {"answer": "West", "kind": "label"}, 1.0),
+    ("East", {"answer": "West", "kind": "label"}, 0.0),
+    ("7.245", {"answer": 7.24, "kind": "number", "tolerance": {"abs": 0.01}}, 1.0),
+    ("7.26", {"answer": 7.24, "kind": "number", "tolerance": {"abs": 0.01}}, 0.0),
+    ("The answer is 1,125 units", {"answer": 1125, "kind": "number"}, 1.0),
+    ("1125 or 1126", {"answer": 1125, "kind": "number"}, 0.0),
+    ("44.2%", {"answer": 44.2, "kind": "percent", "tolerance": {"abs": 0.1}}, 1.0),
+    ("0.442", {"answer": 44.2, "kind": "percent", "tolerance": {"abs": 0.1}}, 1.0),
+    ("Yes.", {"answer": "yes", "kind": "yesno"}, 1.0),
+    ("true", {"answer": "yes", "kind": "yesno"}, 1.0),
+    ("no", {"answer": "yes", "kind": "yesno"}, 0.0),
+    ("Gizmo; doohickey\nGadget", {"answer": ["Doohickey", "Gadget", "Gizmo"], "kind": "list"}, 1.0),
+    ("Doohickey, Gadget", {"answer": ["Doohickey", "Gadget", "Gizmo"], "kind": "list"}, 0.0),
+    ("Gadget, Doohickey, Gizmo", {"answer": ["Doohickey", "Gadget", "Gizmo"], "kind": "list", "ordered": True}, 0.0),
+    ("", {"answer": 0, "kind": "number"}, 0.0),
+])
+def test_grading_ladder(answer, expected, reward):
+    assert load_helper("grade").grade(answer, expected)[0] == reward
+
+
+def test_toy_graders_give_partial_credit():
+    g = load_helper("toy_grade")
+    assert g.digits("12ab") == 0.5 and g.digits("0123") == 1.0
+    assert g.one_word("hello there") == 0.5
+    assert 0 < g.count_to_five("1 2 x") < 1 and g.count_to_five("1 2 3 4 5") == 1.0
