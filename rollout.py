@@ -93,7 +93,7 @@ class Proxy:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/r/{rid}/v1/chat/completions", self.chat)
         app.router.add_route("*", "/{tail:.*}", self.not_found)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -242,6 +242,15 @@ def _bwrap(argv, work, home, tmp):
     return args + ["--chdir", str(work), "--"] + list(argv)
 
 
+def _die_with_parent():
+    """In the child, before exec: SIGKILL it if the trainer dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)     # the harness and everything it started
@@ -269,6 +278,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         with open(box / "harness.log", "wb") as log:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=work, env=launch.env, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=_die_with_parent,
                 stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
             r.pid = proc.pid
             if launch.stdin is not None:

@@ -61,7 +61,7 @@ RECIPES = {
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    "tiny": dict(steps=12, sessions=16, token_budget=8192, gpus=0, lr=2e-2, rank=8, alpha=16, harness="mini",
+    "tiny": dict(steps=16, sessions=16, token_budget=8192, gpus=0, lr=5e-3, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=24, context=4096, save_every=4),
 }
 
@@ -329,6 +329,8 @@ async def run(cfg, resume=False):
     if resume and load_checkpoint(run_dir, trainers):
         print(f"resumed {run_dir} at " + ", ".join(f"{t.name} step {t.step}" for t in trainers), flush=True)
     trim_metrics(run_dir / "metrics.jsonl", trainers)
+    if not cfg.get("keep_sandboxes"):      # left behind by a killed run: no rollout is running now
+        shutil.rmtree(run_dir / "sandboxes", ignore_errors=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

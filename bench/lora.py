@@ -133,7 +133,8 @@ def main():
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as ckpt:
         torch.manual_seed(0)
-        transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(ckpt)
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+        transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype).save_pretrained(ckpt)
         results = {}
         for _ in range(args.rounds):       # alternate, so drift in machine load hits both alike
             for impl in ("peft+transformers", "ours"):

@@ -76,7 +76,7 @@ class Upstream:
     async def start(self):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
-        self.runner = web.AppRunner(app)
+        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
