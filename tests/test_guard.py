@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import guard as G
+import shellread
 
 HERE = Path(__file__).resolve().parent
 CTX = json.loads((HERE / "guard_contexts.json").read_text())
@@ -200,20 +201,20 @@ def test_two_calls_of_one_response_a_new_test_then_its_edit():
 # ----------------------------------------------------------------------------- shell reading details
 
 def test_two_heredocs_on_one_line_then_a_redirect():
-    f = G.analyze("bash", {"command": "cat <<A - <<'B' > notes.txt\n$(rm x)\nA\ny\nB\necho after > f2"})
+    f = shellread.analyze("bash", {"command": "cat <<A - <<'B' > notes.txt\n$(rm x)\nA\ny\nB\necho after > f2"})
     assert [(p, k) for p, _, k in f.writes] == [("x", "del"), ("notes.txt", "new"), ("f2", "new")]
     assert [t for _, _, t in f.texts] == ["y\n", "after"]
 
 
 def test_cd_in_a_subshell_does_not_leak():
-    f = G.analyze("bash", {"command": "(cd /tmp && ls) && cat tests/a.py && cd src; cat b.py"})
+    f = shellread.analyze("bash", {"command": "(cd /tmp && ls) && cat tests/a.py && cd src; cat b.py"})
     assert ("tests/a.py", ".") in f.reads and ("b.py", "src") in f.reads
 
 
 def test_payloads_are_decoded_and_read():
-    f = G.analyze("bash", {"command": "echo cm0gLXJmIHRlc3Rz | base64 -d | sh"})     # rm -rf tests
+    f = shellread.analyze("bash", {"command": "echo cm0gLXJmIHRlc3Rz | base64 -d | sh"})     # rm -rf tests
     assert ("tests", ".", "del") in f.writes
-    f = G.analyze("bash", {"command": "printf '\\x72\\x6d %s' tests | bash"})
+    f = shellread.analyze("bash", {"command": "printf '\\x72\\x6d %s' tests | bash"})
     assert ("tests", ".", "del") in f.writes
 
 
