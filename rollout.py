@@ -168,7 +168,8 @@ class Proxy:
                 r.errors.append(f"server: {text[:300]}")
                 # a 4xx, not a 5xx: harnesses retry 5xx for minutes (opencode up to ~75 s); the rollout is
                 # ungraded anyway, so let the harness stop now
-                return web.json_response({"error": {"message": f"model request failed: {text[:300]}"}}, status=400)
+                return web.json_response({"error": {"message": "model request failed", "type": "invalid_request"}},
+                                         status=400)
         if tools and choice is not None:
             r.tools = tools
             self._guard(r, msg, tools, messages)
