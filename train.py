@@ -61,7 +61,7 @@ RECIPES = {
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    "tiny": dict(steps=16, sessions=16, token_budget=8192, gpus=0, lr=5e-3, rank=8, alpha=16, harness="mini",
+    "tiny": dict(steps=16, sessions=32, token_budget=16384, gpus=0, lr=1e-2, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=24, context=4096, save_every=4),
 }
 

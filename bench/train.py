@@ -1,7 +1,7 @@
 """Where a training step's time goes, on CPU: waiting for rollouts vs forward/backward vs adapter sync
 (save the new version + hot-load it into the server), from a real `train.py --model tiny` run.
 
-    python bench/train.py [--steps 8] [--sessions 16] [extra train.py flags...]
+    python bench/train.py [--steps 8] [--sessions 32] [extra train.py flags...]
 
 The first step is reported apart (it includes the first rollouts' start-up); the rest as median and mean.
 """
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--sessions", type=int, default=16)
+    ap.add_argument("--sessions", type=int, default=32)
     args, extra = ap.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--runs", tmp, "--run", "bench",
