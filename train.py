@@ -57,7 +57,7 @@ SHARED = dict(
     save_every=10, seed=0, harness="pi", suite="all", server="vllm",
 )
 RECIPES = {
-    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2),
+    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
@@ -414,7 +414,7 @@ def main(argv=None):
         cfg["resume_dir"] = args.resume
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
-    except (M.CheckpointError, T.TaskError, RuntimeError) as e:
+    except (M.CheckpointError, T.TaskError, RuntimeError, ValueError) as e:
         sys.exit(f"train.py: {e}")
 
 
