@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ class Upstream:
         return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, stream=False):
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="dir"):
     url = await upstream.start()
     client = S.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256})
@@ -92,7 +93,7 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, stream=False
     harness = H.get_harness(harness_name)
     r = R.Rollout(task, harness_name, start_version=3)
     try:
-        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout)
+        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox)
     finally:
         await proxy.stop()
         await client.close()
@@ -100,12 +101,18 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, stream=False
     return r
 
 
-def gone(pid):
-    try:
-        os.killpg(pid, 0)
-        return False
-    except ProcessLookupError:
-        return True
+def gone(pid, grace=3.0):
+    """No process left in the harness's process group (killed ones may take a moment to be reaped)."""
+    import time
+    deadline = time.time() + grace
+    while True:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 HARNESS_PARAMS = ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in ("pi", "opencode", "hermes")]
@@ -159,6 +166,15 @@ def test_hung_harness_is_killed_and_ungraded(tmp_path):
     r = asyncio.run(one(tmp_path, "mini", Upstream(hang=True), timeout=3))
     assert r.timed_out and r.score is None and r.reward is None
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
+    up = Upstream(command=[SOLVE, "touch /etc/harness-rl-escape; echo $? > exit.txt"])
+    r = asyncio.run(one(tmp_path, "mini", up, sandbox="bwrap"))
+    assert r.errors == [] and r.score == 1.0
+    assert not Path("/etc/harness-rl-escape").exists()          # the root is mounted read-only
+    assert gone(r.pid)
 
 
 def test_streaming_harness_gets_sse_and_the_same_result(tmp_path, monkeypatch):
