@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import random
@@ -129,7 +130,7 @@ class Trainer:
         self.step, self.version, self.cursor = 0, 0, 0
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
-        self.queue, self.loaded = [], []
+        self.queue, self.loaded, self.last_sync = [], [], 0.0
 
     def next_task(self):
         task = self.order[self.cursor % len(self.order)]
@@ -141,15 +142,19 @@ class Trainer:
 
     async def publish(self):
         """Save the live adapter as a new version and hot-load it; unload what is out of the window."""
+        t0 = time.time()
         path = self.run_dir / "adapters" / f"{self.name}-v{self.version}"
         await asyncio.to_thread(L.save_adapter, self.model, path, self.name, str(self.cfg["model"]))
         await self.client.load_adapter(f"{self.name}-v{self.version}", path.resolve())
         self.loaded.append(self.version)
         while self.loaded and self.loaded[0] < self.version - self.cfg["max_staleness"]:
             await self.client.unload_adapter(f"{self.name}-v{self.loaded.pop(0)}")
+        self.last_sync = time.time() - t0
 
-    def train_step(self, packed):
-        """Forward/backward over the micro-batches and one optimizer step (runs in a worker thread)."""
+    def train_step(self, packed, record):
+        """Forward/backward over the micro-batches, one optimizer step, and the step's commit: step and
+        version advance and its metrics line is written under the same lock a checkpoint snapshot takes,
+        so a checkpoint never holds updated weights without their step (runs in a worker thread)."""
         cfg, model, dev = self.cfg, self.model, self.model.device
         with TRAIN_LOCK:
             L.set_adapter(model, self.name)
@@ -172,7 +177,12 @@ class Trainer:
             sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
             self.opt.step()
             model.eval()
-        return sums
+            self.step += 1
+            self.version += 1
+            m = {"harness": self.name, "step": self.step, "version": self.version, **record(sums)}
+            with open(self.run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(m) + "\n")
+        return m
 
     def state(self):
         return {"step": self.step, "version": self.version, "cursor": self.cursor, "loaded": self.loaded,
@@ -240,19 +250,15 @@ def _mean(xs):
 # ----------------------------------------------------------------------------- checkpoints, metrics
 
 def save_checkpoint(run_dir, trainers):
-    """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename)."""
-    with TRAIN_LOCK:       # a consistent snapshot: no optimizer step in between
-        _save_checkpoint(run_dir, trainers)
-
-
-def _save_checkpoint(run_dir, trainers):
+    """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename).
+    The snapshot is taken under TRAIN_LOCK: no optimizer step or step commit happens in between."""
+    with TRAIN_LOCK:
+        state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
+            "torch": torch.get_rng_state(), "python": random.getstate()}})
     tmp, final = run_dir / "checkpoint.tmp", run_dir / "checkpoint"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    torch.save({"trainers": {t.name: t.state() for t in trainers}, "rng": {
-        "torch": torch.get_rng_state(), "python": random.getstate()}}, tmp / "state.pt")
-    for t in trainers:
-        L.save_adapter(t.model, tmp / f"adapter-{t.name}", t.name)
+    torch.save(state, tmp / "state.pt")
     old = run_dir / "checkpoint.old"
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
@@ -376,20 +382,16 @@ async def loop_one(tr, pool, cfg, run_dir, stop, everyone):
         t1 = time.time()
         if not packed.micro_batches:
             continue                                  # nothing with signal yet: keep collecting
-        losses = await asyncio.to_thread(tr.train_step, packed)
-        t2 = time.time()
-        tr.step += 1
-        tr.version += 1
-        await tr.publish()
-        t3 = time.time()
-        m = {"harness": tr.name, "step": tr.step, "version": tr.version, **st, "tokens": packed.tokens,
-             "fill": packed.fill, "truncated": packed.truncated, "waiting": len(packed.waiting),
-             **{k: v for k, v in losses.items() if k != "tokens"}, "loss_tokens": packed.loss_tokens,
-             "step_time": t3 - t0, "wait_time": t1 - t0, "train_time": t2 - t1, "sync_time": t3 - t2,
-             "in_flight": pool.running, "time": time.time()}
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
+
+        def record(losses):     # the step's metrics line; sync_time = publishing the version it started from
+            t2 = time.time()
+            return {**st, "tokens": packed.tokens, "fill": packed.fill, "truncated": packed.truncated,
+                    "waiting": len(packed.waiting), **{k: v for k, v in losses.items() if k != "tokens"},
+                    "loss_tokens": packed.loss_tokens, "step_time": t2 - t0 + tr.last_sync, "wait_time": t1 - t0,
+                    "train_time": t2 - t1, "sync_time": tr.last_sync, "in_flight": pool.running, "time": t2}
+        m = await asyncio.to_thread(tr.train_step, packed, record)
         print(progress(m), flush=True)
+        await tr.publish()
         if tr.step % cfg["save_every"] == 0:
             await asyncio.to_thread(save_checkpoint, run_dir, everyone)
 
