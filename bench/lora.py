@@ -6,7 +6,8 @@
 Same base weights and the same rank-32 adapter on every target layer in both (PEFT on transformers'
 model with our target list; B randomised so the LoRA path is not trivially zero). A step is one forward
 + backward of a cross-entropy loss over one row of `--seq` tokens; only LoRA weights take gradients.
-Each implementation runs in its own child process, so its peak memory is its own: on CPU the peak
+A third row times ours as train.py uses it: final hidden states + grpo.token_logprobs (the same loss value,
+without a [tokens x vocab] logits tensor). Each implementation runs in its own child process, so its peak memory is its own: on CPU the peak
 resident set growth during the steps (VmHWM after clearing, minus the resident set before), on CUDA
 torch's max_memory_allocated minus the memory held before the first step.
 """
@@ -52,7 +53,7 @@ def child(impl, ckpt, args, q):
     torch.set_num_threads(args.threads or torch.get_num_threads())
     dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     targets = list(L.TARGETS["lfm3"])
-    if impl == "ours":
+    if impl.startswith("ours"):
         m = M.load_model(ckpt, dtype=dtype, device=dev)
         L.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
         L.set_adapter(m, "default")
@@ -82,9 +83,14 @@ def child(impl, ckpt, args, q):
     tgt = torch.randint(0, V, (args.seq,), generator=gen).to(dev)
 
     def step():
-        out = m(ids)
-        logits = out.logits if hasattr(out, "logits") else out
-        torch.nn.functional.cross_entropy(logits[0].float(), tgt).backward()
+        if impl == "ours, training path":     # what train.py runs: hidden states + fused chunked log-probs
+            import grpo as G
+            h = m(ids, return_hidden=True)
+            (-G.token_logprobs(h, m.lm_head.weight, tgt[None]).mean()).backward()
+        else:
+            out = m(ids)
+            logits = out.logits if hasattr(out, "logits") else out
+            torch.nn.functional.cross_entropy(logits[0].float(), tgt).backward()
         for p in params:
             p.grad = None
         if dev.type == "cuda":
@@ -137,7 +143,7 @@ def main():
         transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype).save_pretrained(ckpt)
         results = {}
         for _ in range(args.rounds):       # alternate, so drift in machine load hits both alike
-            for impl in ("peft+transformers", "ours"):
+            for impl in ("peft+transformers", "ours", "ours, training path"):
                 q = ctx.Queue()
                 proc = ctx.Process(target=child, args=(impl, ckpt, args, q))
                 proc.start()
