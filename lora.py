@@ -86,13 +86,13 @@ class LoRALinear(nn.Linear):
                 d.pop(name)
 
     def forward(self, x):
-        y = F.linear(x, self.weight, self.bias)
         r = self.routing
         if r.rows is None:
-            if r.active in self.scaling:     # y + s * (x A^T) B^T, the add fused into one addmm
+            if r.active in self.scaling:
                 A, B = self.lora_A[r.active].to(x.dtype), self.lora_B[r.active].to(x.dtype)
-                return _add_lora(y, x, A, B, self.scaling[r.active])
-            return y
+                return _LoRA.apply(x, self.weight, self.bias, A, B, self.scaling[r.active])
+            return F.linear(x, self.weight, self.bias)
+        y = F.linear(x, self.weight, self.bias)
         T = x.shape[-2] // len(r.rows) if x.dim() == 2 else None
         for name in set(r.rows):
             if name not in self.scaling:
@@ -109,10 +109,36 @@ class LoRALinear(nn.Linear):
         return y
 
 
-def _add_lora(y, x, A, B, s):
-    if x.dim() == 2:   # in place into the base output (not needed by the base's backward): no extra [N, out]
-        return y.addmm_(x @ A.t(), B.t(), alpha=s)
-    return y + (x @ A.t()) @ B.t() * s
+class _LoRA(torch.autograd.Function):
+    """y = x W^T + b + s (x A^T) B^T for one adapter, with a hand-written backward.
+
+    Forward: the LoRA product is added into the base output in place (one addmm, no extra [N, out]).
+    Backward: the input gradient of the base and of the LoRA path is one matmul plus one addmm into it
+    (autograd would make two [N, in] tensors and add them), and the scaling is applied to the rank-r
+    tensors, never to a [N, out] one. It saves what autograd would: x and x A^T (W, A, B are held anyway).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, A, B, s):
+        x2 = x.reshape(-1, x.shape[-1])
+        xa = x2 @ A.t()
+        y = F.linear(x2, weight, bias).addmm_(xa, B.t(), alpha=s)
+        ctx.save_for_backward(x2, weight, A, B, xa)
+        ctx.s, ctx.shape = s, x.shape
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, A, B, xa = ctx.saved_tensors
+        g = g.reshape(-1, g.shape[-1])
+        gb = (g @ B).mul_(ctx.s)                                       # [N, r]
+        need = ctx.needs_input_grad
+        gx = (g @ weight).addmm_(gb, A).view(ctx.shape) if need[0] else None
+        gw = g.t() @ x if need[1] else None                            # only if the base is unfrozen
+        gbias = g.sum(0) if need[2] else None
+        gA = gb.t() @ x if need[3] else None
+        gB = (g.t() @ xa).mul_(ctx.s) if need[4] else None
+        return gx, gw, gbias, gA, gB, None
 
 
 # ----------------------------------------------------------------------------- adding / removing

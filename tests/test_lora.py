@@ -53,6 +53,49 @@ def test_peft_adapter_loads_here_with_same_logits(tmp_path, model_type):
     assert (logits(ours, ids) - logits(peft_model, ids)).abs().max().item() <= TOL
 
 
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3"])
+def test_lora_gradients_match_peft(tmp_path, model_type):
+    """The hand-written backwards (LoRA layer, RMSNorm) against PEFT + transformers' autograd."""
+    ref, ours = save_hf(tmp_path / "base", model_type)
+    L.add_lora(ours, rank=8, alpha=16)
+    randomize(ours, "default")
+    L.set_adapter(ours, "default")
+    L.save_adapter(ours, tmp_path / "adapter")
+    peft_model = peft.PeftModel.from_pretrained(ref, tmp_path / "adapter", is_trainable=True)
+    ids, tgt = rand_ids(2, 13), rand_ids(2 * 13)
+    for m in (ours, peft_model):
+        out = m(ids)
+        out = out.logits if hasattr(out, "logits") else out
+        torch.nn.functional.cross_entropy(out.flatten(0, 1), tgt).backward()
+    want = {n: p.grad for n, p in peft_model.named_parameters() if p.grad is not None}
+    got = {}
+    for name, mod in L.lora_layers(ours).items():
+        for part in ("lora_A", "lora_B"):
+            got[f"base_model.model.{name}.{part}.default.weight"] = getattr(mod, part)["default"].grad
+    assert set(got) == set(want) and len(got) > 20
+    for k, g in got.items():
+        scale = want[k].abs().max().item()
+        assert scale > 0 and (g - want[k]).abs().max().item() <= 1e-4 * max(1.0, scale), k
+
+
+def test_hand_written_backwards_pass_gradcheck():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g, dtype=torch.double, requires_grad=True) for s in ((2, 3, 6), (5, 6), (5,)))
+    A, B = (torch.randn(*s, generator=g, dtype=torch.double, requires_grad=True) for s in ((3, 6), (5, 3)))
+    assert torch.autograd.gradcheck(lambda *t: L._LoRA.apply(*t, 0.7), (x, w, b, A, B))
+    # frozen base and frozen input (the first layer): only A and B get gradients, and the right ones
+    x0, w0 = x.detach(), w.detach()
+    L._LoRA.apply(x0, w0, None, A, B, 0.7).sum().backward()
+    ga, gb = A.grad.clone(), B.grad.clone()
+    A.grad = B.grad = None
+    (F.linear(x0, w0) + 0.7 * (x0 @ A.t()) @ B.t()).sum().backward()
+    assert torch.allclose(ga, A.grad) and torch.allclose(gb, B.grad)
+    h = torch.randn(2, 5, 16, generator=g, dtype=torch.double, requires_grad=True)
+    nw = torch.randn(16, generator=g, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda h, nw: M._RMSNorm.apply(h, nw, 1e-5), (h, nw))
+
+
 def test_peft_targets_the_same_modules_as_we_do(tmp_path):
     """PEFT's all-linear on the HF model picks the same layers as our target list (minus lm_head/router)."""
     for model_type in ("lfm2", "lfm2_moe", "lfm3"):
