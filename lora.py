@@ -14,6 +14,8 @@ What it does
   written atomically. Everything in an adapter is checked before anything is changed.
 - `merge_adapter` folds an adapter into the base weights; `save_merged` writes a merged checkpoint in
   the base's own format.
+- Training runs one autograd Function per layer (`_LoRA`): the base and LoRA input gradients are one
+  matmul plus one addmm, and the scaling touches only rank-r tensors (tested against PEFT's gradients).
 
 What it leaves out: dropout on the LoRA path (the recipe uses none), DoRA, rsLoRA-initialisation
 (rsLoRA scaling is honoured when loading), per-module rank/alpha patterns, LoRA on experts or embeddings.

@@ -10,6 +10,8 @@ A third row times ours as train.py uses it: final hidden states + grpo.token_log
 without a [tokens x vocab] logits tensor). Each implementation runs in its own child process, so its peak memory is its own: on CPU the peak
 resident set growth during the steps (VmHWM after clearing, minus the resident set before), on CUDA
 torch's max_memory_allocated minus the memory held before the first step.
+`--profile` adds one profiled step per implementation: seconds per op category (matmul, attention,
+log-softmax, conv, the rest) side by side, and the ceiling on the speed-up with identical matmul work.
 """
 import argparse
 import importlib.util
@@ -113,7 +115,32 @@ def child(impl, ckpt, args, q):
         peak = torch.cuda.max_memory_allocated() - before
     else:
         peak = rss_kib("VmHWM:") * 1024 - before if exact else float("nan")
-    q.put({"impl": impl, "step": statistics.median(times), "peak": peak / 2**30})
+    split = profile_step(step, dev) if args.profile else None
+    q.put({"impl": impl, "step": statistics.median(times), "peak": peak / 2**30, "split": split})
+
+
+CATEGORIES = (   # first match wins; op names as torch.profiler reports them
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")),
+    ("attention", ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")),
+    ("loss (log-softmax)", ("log_softmax", "nll_loss")),
+    ("conv1d", ("convolution",)),
+)
+
+
+def profile_step(step, dev):
+    """Seconds of one step per op category (self time of each aten op, so nothing is counted twice)."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        step()
+    out = {}
+    for e in prof.key_averages():
+        if not e.key.startswith("aten::"):
+            continue
+        t = (e.self_device_time_total if dev.type == "cuda" else e.self_cpu_time_total) / 1e6
+        cat = next((c for c, keys in CATEGORIES if any(k in e.key for k in keys)), "elementwise, copies, other")
+        out[cat] = out.get(cat, 0.0) + t
+    return out
 
 
 def main():
@@ -127,7 +154,8 @@ def main():
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--grad-ckpt", action="store_true")
-    ap.add_argument("--rounds", type=int, default=2, help="alternate the two implementations this many times")
+    ap.add_argument("--rounds", type=int, default=3, help="alternate the implementations this many times")
+    ap.add_argument("--profile", action="store_true", help="also profile one step of each: where the time goes")
     args = ap.parse_args()
     import transformers
 
@@ -160,6 +188,25 @@ def main():
     for impl, rs in results.items():
         t, mem = min(r["step"] for r in rs), min(r["peak"] for r in rs)
         print(f"{impl:<20}{t:>9.3f}{args.seq / t:>10.0f}{base / t:>14.2f}x{mem:>10.2f}{mem / base_mem:>15.2f}x")
+    if args.profile:
+        print_split(results)
+
+
+def print_split(results):
+    """Where one step's time goes, per implementation (the last round's profile), side by side."""
+    splits = {impl: rs[-1]["split"] for impl, rs in results.items()}
+    cats = [c for c, _ in CATEGORIES] + ["elementwise, copies, other"]
+    print(f"\n# where the time goes (profiled step, seconds of op self-time){'':<4}" +
+          "".join(f"{impl:>22}" for impl in splits))
+    for c in cats + ["total"]:
+        row = {impl: (sum(sp.values()) if c == "total" else sp.get(c, 0.0)) for impl, sp in splits.items()}
+        print(f"{c:<62}" + "".join(f"{v:>22.3f}" for v in row.values()))
+    ref = sum(splits["peft+transformers"].values())
+    for impl, sp in splits.items():
+        if impl != "peft+transformers":
+            floor = sp.get("matmul", 0.0) + sp.get("attention", 0.0)
+            print(f"ceiling for {impl}: PEFT's total / its own matmul + attention time = {ref / floor:.2f}x "
+                  f"(the speed-up if every other op took no time)")
 
 
 if __name__ == "__main__":
