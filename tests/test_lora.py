@@ -25,14 +25,20 @@ def logits(m, ids):
     return out.logits if hasattr(out, "logits") else out
 
 
-@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "qwen3"])
-def test_our_adapter_loaded_by_peft_gives_same_logits(tmp_path, model_type):
+def ours_and_peft(tmp_path, model_type, trainable=False):
+    """Our model with a random rank-8 adapter, and transformers' model with that adapter loaded by PEFT."""
     ref, ours = save_hf(tmp_path / "base", model_type)
     L.add_lora(ours, rank=8, alpha=16)
     randomize(ours, "default")
     L.set_adapter(ours, "default")
     L.save_adapter(ours, tmp_path / "adapter")
-    peft_model = peft.PeftModel.from_pretrained(ref, tmp_path / "adapter").eval()
+    return ours, peft.PeftModel.from_pretrained(ref, tmp_path / "adapter", is_trainable=trainable)
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "qwen3"])
+def test_our_adapter_loaded_by_peft_gives_same_logits(tmp_path, model_type):
+    ours, peft_model = ours_and_peft(tmp_path, model_type)
+    peft_model.eval()
     ids = rand_ids(2, 13)
     got, want = logits(ours, ids), logits(peft_model, ids)
     assert (got - want).abs().max().item() <= TOL
@@ -56,12 +62,7 @@ def test_peft_adapter_loads_here_with_same_logits(tmp_path, model_type):
 @pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3"])
 def test_lora_gradients_match_peft(tmp_path, model_type):
     """The hand-written backwards (LoRA layer, RMSNorm) against PEFT + transformers' autograd."""
-    ref, ours = save_hf(tmp_path / "base", model_type)
-    L.add_lora(ours, rank=8, alpha=16)
-    randomize(ours, "default")
-    L.set_adapter(ours, "default")
-    L.save_adapter(ours, tmp_path / "adapter")
-    peft_model = peft.PeftModel.from_pretrained(ref, tmp_path / "adapter", is_trainable=True)
+    ours, peft_model = ours_and_peft(tmp_path, model_type, trainable=True)
     ids, tgt = rand_ids(2, 13), rand_ids(2 * 13)
     for m in (ours, peft_model):
         out = m(ids)
