@@ -213,7 +213,16 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        return _RMSNorm.apply(x, self.weight, self.eps)
+        if torch.is_grad_enabled():
+            return _RMSNorm.apply(x, self.weight, self.eps)
+        return _rms_norm(x, self.weight, self.eps)[0]     # no grad (decoding): skip the Function call
+
+
+def _rms_norm(x, weight, eps):
+    """(weight * normalised x, rstd [..., 1] in fp32)."""
+    xf = _up(x)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True).add_(eps))
+    return weight * (xf * rstd).to(x.dtype), rstd
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -223,10 +232,9 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        xf = _up(x)
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True).add_(eps))
+        y, rstd = _rms_norm(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        return weight * (xf * rstd).to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, g):
