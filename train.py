@@ -198,6 +198,7 @@ class Trainer:
 
 
 TRAIN_LOCK = threading.Lock()       # one forward/backward at a time on the shared base
+CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
 
 async def collect(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event):
@@ -251,7 +252,14 @@ def _mean(xs):
 
 def save_checkpoint(run_dir, trainers):
     """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename).
-    The snapshot is taken under TRAIN_LOCK: no optimizer step or step commit happens in between."""
+    The snapshot is taken under TRAIN_LOCK: no optimizer step or step commit happens in between. Saves
+    from several trainers' threads are serialised (CHECKPOINT_LOCK): they share the temp dir, and the
+    newer snapshot must land last."""
+    with CHECKPOINT_LOCK:
+        _save_checkpoint(run_dir, trainers)
+
+
+def _save_checkpoint(run_dir, trainers):
     with TRAIN_LOCK:
         state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
             "torch": torch.get_rng_state(), "python": random.getstate()}})

@@ -84,3 +84,36 @@ def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
         assert set(s["by_source"]) == {"toy"}
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 3 and "pass@1" in html
+
+
+def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
+    """Each trainer saves from its own worker thread; saves that overlap must not race on the temp dir."""
+    import threading
+
+    import model as M
+    import train as T
+    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
+    trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"], None) for spec in ("mini", "mini:b")]
+    errors = []
+
+    def saver(i):
+        try:
+            for _ in range(6):
+                trainers[i % 2].step += 1
+                T.save_checkpoint(tmp_path, trainers)
+        except Exception as e:       # noqa: BLE001 - any failure is the finding
+            errors.append(e)
+
+    threads = [threading.Thread(target=saver, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert not (tmp_path / "checkpoint.tmp").exists() and (tmp_path / "checkpoint" / "state.pt").exists()
+    steps = {t.name: t.step for t in trainers}
+    for t in trainers:
+        t.step = 0
+    assert T.load_checkpoint(tmp_path, trainers)
+    assert {t.name: t.step for t in trainers} == steps      # the last save holds the newest steps
