@@ -74,6 +74,13 @@ def test_sequence_start_version_is_the_rollouts():
     assert [s.version for s in seqs] == [5, 5]
 
 
+def test_each_token_keeps_the_version_that_sampled_it_through_merge_and_pack():
+    seq, = G.build_sequences([T([1, 2], [3], version=5), T([1, 2, 3, 4], [6, 7], version=6)], 1.0)
+    assert seq.tokens == [1, 2, 3, 4, 6, 7] and seq.versions == [5, 5, 5, 6, 6, 6]
+    mb, = G.pack([seq], token_budget=64, micro_batches=1).micro_batches
+    assert mb.versions.tolist() == [[5, 5, 6, 6, 6]]          # the targets' versions (tokens[1:])
+
+
 def test_logprob_count_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
         G.build_sequences([G.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
@@ -169,7 +176,7 @@ def test_loss_equals_hand_computed_reference():
     old = torch.tensor([-1.2, -0.5, -1.0, -0.1])
     adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
     mask = torch.tensor([1.0, 1.0, 1.0, 0.0])
-    loss, stats = G.grpo_loss(logp, old, adv, mask)
+    loss, stats = G.grpo_loss(logp, old, adv, mask, objective="clip")
     r = [math.exp(0.2), 1.0, math.exp(-1.0)]
     terms = [max(-1 * r[0], -1 * min(max(r[0], 0.8), 1.28)), -1.0, max(1 * r[2], 1 * min(max(r[2], 0.8), 1.28))]
     assert loss.item() == pytest.approx(sum(terms) / 3, rel=1e-6)
@@ -177,19 +184,44 @@ def test_loss_equals_hand_computed_reference():
     assert stats["ratio_max"].item() == pytest.approx(r[0], rel=1e-6)
 
 
+def test_tis_gradient_equals_hand_computation_with_truncation_at_C():
+    """d/dlogp of -min(exp(logp - mu), C) * A * exp(logp - sg(logp)), by hand: -min(r, C) * A / n."""
+    logp = torch.tensor([-1.0, -0.5, -2.0, -0.1, -0.3], requires_grad=True)
+    mu = torch.tensor([-1.2, -1.5, -1.0, -0.1, -0.3])       # r = e^0.2, e^1.0 (> C = 2), e^-1.0, 1, 1
+    adv = torch.tensor([1.0, -2.0, -1.0, 2.0, 5.0])
+    mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    loss, stats = G.grpo_loss(logp, mu, adv, mask, objective="tis", tis_cap=2.0)
+    (g,) = torch.autograd.grad(loss, logp)
+    w = [math.exp(0.2), 2.0, math.exp(-1.0), 1.0]            # e^1.0 = 2.718 is truncated to C = 2
+    want = [-w[i] * adv[i].item() / 4 for i in range(4)] + [0.0]
+    assert g.tolist() == pytest.approx(want, rel=1e-6)
+    assert loss.item() == pytest.approx(sum(-w[i] * adv[i].item() for i in range(4)) / 4, rel=1e-6)
+    assert stats["trunc_frac"].item() == pytest.approx(1 / 4) and stats["clip_frac"].item() == 0
+    assert stats["is_weight"].item() == pytest.approx(sum(w) / 4, rel=1e-6)
+
+
+def test_mismatch_is_measured_on_fresh_tokens_only():
+    logp = torch.tensor([-1.0, -1.0, -1.0])
+    mu = torch.tensor([-1.1, -3.0, -1.0])
+    fresh = torch.tensor([1, 0, 1])                           # token 2 came from an older version
+    _, st = G.grpo_loss(logp, mu, torch.ones(3), torch.ones(3), fresh=fresh)
+    assert st["mismatch"].item() == pytest.approx(0.05, rel=1e-5) and st["fresh_tokens"].item() == 2
+
+
 def test_ratio_one_is_plain_policy_gradient():
     logp = torch.tensor([-1.0, -2.0, -0.3], requires_grad=True)
     adv = torch.tensor([0.5, -1.5, 2.0])
-    loss, _ = G.grpo_loss(logp, logp.detach(), adv, torch.ones(3))
-    (g,) = torch.autograd.grad(loss, logp)
-    assert torch.allclose(g, -adv / 3)
+    for objective in ("clip", "tis"):
+        loss, _ = G.grpo_loss(logp, logp.detach(), adv, torch.ones(3), objective=objective)
+        (g,) = torch.autograd.grad(loss, logp)
+        assert torch.allclose(g, -adv / 3)
 
 
 def test_clipping_zeroes_gradients_where_it_should():
     old = torch.zeros(4)
     logp = torch.tensor([0.5, 0.5, -0.5, -0.5], requires_grad=True)       # ratios 1.65, 1.65, 0.61, 0.61
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    loss, _ = G.grpo_loss(logp, old, adv, torch.ones(4))
+    loss, _ = G.grpo_loss(logp, old, adv, torch.ones(4), objective="clip")
     (g,) = torch.autograd.grad(loss, logp)
     assert g[0] == 0 and g[3] == 0        # A>0 above 1+eps_high, A<0 below 1-eps_low: clipped, no gradient
     assert g[1] != 0 and g[2] != 0        # the pessimistic side keeps its gradient
@@ -197,20 +229,22 @@ def test_clipping_zeroes_gradients_where_it_should():
 
 def test_ratio_cap_bounds_the_negative_side():
     logp = torch.tensor([3.0], requires_grad=True)
-    loss, _ = G.grpo_loss(logp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), ratio_cap=5.0)
+    loss, _ = G.grpo_loss(logp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), objective="clip", ratio_cap=5.0)
     (g,) = torch.autograd.grad(loss, logp)
     assert loss.item() == pytest.approx(5.0) and g.item() == 0
 
 
-def test_step_token_mean_over_micro_batches_equals_one_batch():
+@pytest.mark.parametrize("objective", ["tis", "clip"])
+def test_step_token_mean_over_micro_batches_equals_one_batch(objective):
     torch.manual_seed(1)
     logp = torch.randn(10, requires_grad=True)
     old, adv = torch.randn(10) * 0.1 + logp.detach(), torch.randn(10)
     mask = (torch.rand(10) > 0.3).float()
-    full, _ = G.grpo_loss(logp, old, adv, mask)
+    full, _ = G.grpo_loss(logp, old, adv, mask, objective=objective)
     (g_full,) = torch.autograd.grad(full, logp)
     n = mask.sum()
-    parts = [G.grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n)[0] for s in (slice(0, 4), slice(4, 10))]
+    parts = [G.grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n, objective=objective)[0]
+             for s in (slice(0, 4), slice(4, 10))]
     (g_acc,) = torch.autograd.grad(sum(parts), logp)
     assert torch.allclose(sum(parts), full) and torch.allclose(g_acc, g_full)
 
