@@ -246,14 +246,13 @@ def adapter_state(model, adapter) -> dict:
     return sd
 
 
-def save_adapter(model, dir, adapter="default", base_model_name_or_path=None):
-    """Write `adapter` in PEFT format to `dir` atomically (a temp dir renamed into place)."""
-    from safetensors.torch import save_file
-
+def snapshot(model, adapter, base_model_name_or_path=None) -> tuple:
+    """(PEFT adapter_config dict, PEFT-key tensors) of one adapter, the tensors cloned: a consistent copy
+    that later training steps do not change (written to disk or installed as another adapter)."""
     if adapter not in getattr(model, "lora_config", {}):
         raise AdapterError(f"no adapter named {adapter!r} (loaded: {', '.join(adapter_names(model)) or 'none'})")
     c = model.lora_config[adapter]
-    sd = adapter_state(model, adapter)
+    sd = {k: v.clone() for k, v in adapter_state(model, adapter).items()}
     targets = sorted({k[len(PREFIX):].split(".lora_")[0].rsplit(".", 1)[-1] for k in sd})
     config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": c["r"], "lora_alpha": c["lora_alpha"],
@@ -262,6 +261,18 @@ def save_adapter(model, dir, adapter="default", base_model_name_or_path=None):
         "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {},
         "base_model_name_or_path": base_model_name_or_path or getattr(model, "name_or_path", None),
     }
+    return config, sd
+
+
+def save_adapter(model, dir, adapter="default", base_model_name_or_path=None):
+    """Write `adapter` in PEFT format to `dir` atomically (a temp dir renamed into place)."""
+    return write_adapter(dir, *snapshot(model, adapter, base_model_name_or_path))
+
+
+def write_adapter(dir, config, sd):
+    """Write a snapshot (config, PEFT-key tensors) as a PEFT adapter directory, atomically."""
+    from safetensors.torch import save_file
+
     dir = Path(dir)
     dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dir.name}.", dir=dir.parent))
@@ -318,12 +329,19 @@ def load_adapter(model, dir, adapter="default"):
     """Load a PEFT-format LoRA adapter (ours or PEFT's) from `dir` under the name `adapter`. Every key and
     shape is checked first: a non-fitting adapter raises AdapterError naming the key; nothing is added."""
     cfg, sd = read_adapter(dir)
+    return install_adapter(model, cfg, sd, adapter, where=Path(dir) / "adapter_model.safetensors")
+
+
+def install_adapter(model, cfg, sd, adapter, where="adapter"):
+    """Add an adapter from (PEFT config, PEFT-key tensors) - a file's contents or a `snapshot` of another
+    adapter - under the name `adapter`, after the same checks as `load_adapter` (`where` names the source
+    in errors). The tensors are copied (fp32, on the model's device)."""
     _check_new(model, adapter)
     layers = _wrap(model)
     r = cfg["r"]
     alpha = cfg.get("lora_alpha", r)
     scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
-    wf = Path(dir) / "adapter_model.safetensors"
+    wf = where
     pairs = {}
     for key, t in sd.items():
         m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])(?:\.[A-Za-z0-9_\-]+)?\.weight", key)

@@ -139,6 +139,7 @@ class Engine:
             self._run_commands()
             while len(self.active) < self.max_batch and not self.pending.empty():
                 self._prefill(self.pending.get_nowait())
+                self._run_commands()        # an adapter publish waits for one prefill at most, not all
             if self.active:
                 self._step()
             else:
@@ -155,7 +156,7 @@ class Engine:
             loop.call_soon_threadsafe(lambda f=fut, r=res, e=err: f.done() or (f.set_exception(e) if e else
                                                                                    f.set_result(r)))
         for name in list(self.removing):      # unload once no running request still uses it
-            if all(r.adapter != name for r in self.active):
+            if all(r.adapter != name for r in self.active + list(self.pending.queue)):
                 L.remove_adapter(self.model, name)
                 self.removing.discard(name)
 
@@ -288,15 +289,8 @@ class Server:
             raise RequestError(f"The lora adapter '{name}' has already been loaded. If you want to load the "
                                "adapter in place, set 'load_inplace' to True.")
 
-        def load():
-            L.read_adapter(path)                 # validate before touching the loaded one
-            if name in L.adapter_names(self.model):
-                L.remove_adapter(self.model, name)
-            L.load_adapter(self.model, path, adapter=name)
-            self.engine.removing.discard(name)
-            self.engine.adapters[name] = str(path)
         try:
-            await self.engine.command(load)
+            await self.add_adapter(name, *await asyncio.to_thread(L.read_adapter, path), path)
         except (L.AdapterError, OSError) as e:
             raise RequestError(f"load_lora_adapter: {e}") from None
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
@@ -306,10 +300,27 @@ class Server:
         name = body.get("lora_name")
         if name not in self.engine.adapters or name in self.engine.removing:
             raise RequestError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
-        self.engine.adapters.pop(name)
-        self.engine.removing.add(name)
-        await self.engine.command(lambda: None)     # let the engine drop it once unused
+        await self.remove_adapter(name)
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    # -- the same two operations in process (train.py with the embedded server: no disk, no HTTP)
+    async def add_adapter(self, name, config, tensors, path=""):
+        """Install an adapter from (PEFT config, PEFT-key tensors) between decode steps; replaces one of
+        the same name. Checked before anything is changed."""
+        def add():
+            if name in L.adapter_names(self.model):
+                L.remove_adapter(self.model, name)
+            L.install_adapter(self.model, config, tensors, name, where=str(path or name))
+            self.engine.removing.discard(name)
+            self.engine.adapters[name] = str(path)
+        await self.engine.command(add)
+
+    async def remove_adapter(self, name):
+        """Stop serving `name` now; its weights go once no running request uses them."""
+        def remove():
+            self.engine.adapters.pop(name, None)
+            self.engine.removing.add(name)
+        await self.engine.command(remove)
 
     def _adapter(self, model_name):
         if model_name in (None, self.name):
