@@ -26,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+import grpo as G
 import harnesses as H
 import lora as L
 import model as M
 import rollout as R
 import serve as S
 import tasks as T
-from train import model_path
+from train import SHARED, model_path
 
 
 def wilson(k, n, z=1.96):
@@ -150,8 +151,9 @@ async def evaluate(args):
                 r = R.Rollout(task, harness.name, group=m, index=i)
                 await R.run_rollout(r, harness, proxies[m], out / "sandboxes", max_tokens=args.max_tokens,
                                     context=args.context)
+                reward = G.shaped_reward(r.score, r.tool_calls, r.flagged, SHARED["bonus"], SHARED["bonus_scale"])
                 results.append({"model": m, "task": task.name, "source": task.source, "type": task.type,
-                                "sample": i, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
+                                "sample": i, "score": r.score, "reward": reward, "tool_calls": r.tool_calls,
                                 "flagged": r.flagged, "reason": r.reason})
                 print(f"  {m:<20} {task.name:<32} score {r.score} tools {r.tool_calls}"
                       f"{' BLOCKED' if r.flagged else ''}", flush=True)

@@ -42,6 +42,8 @@ from guard import Guard
 
 MAX_BODY = 16 * 2**20
 CONTEXT_ERROR = "maximum context length"
+# why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
+UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
 
 
 @dataclass
@@ -62,12 +64,13 @@ class Rollout:
     aux_requests: int = 0
     final_message: str = ""            # the model's last answer (graded by tasks that read AGENT_OUTPUT)
     errors: list = field(default_factory=list)       # infrastructure failures: make the rollout ungraded
+    failure: str = ""                  # why it is ungraded, one of UNGRADED (empty when graded)
     exit_code: int | None = None
     pid: int | None = None             # the harness's process (and process group) id
     timed_out: bool = False
     score: float | None = None
     reason: str = ""
-    reward: float | None = None
+    reward: float | None = None        # set by the pool's reward function (train.py's), never here
     started: float = 0.0
     finished: float = 0.0
     guard: object = None
@@ -87,6 +90,7 @@ class Proxy:
         self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
         self.sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, **(sampling or {})}
         self.rollouts, self.url, self._runner = {}, None, None
+        self.in_use = collections.Counter()     # adapter name -> requests in flight on the server
         self.overhead = collections.deque(maxlen=100000)   # seconds per request spent in the proxy itself
 
     async def start(self, host="127.0.0.1", port=0):
@@ -151,10 +155,14 @@ class Proxy:
                 req["tool_choice"] = body["tool_choice"]
         try:
             t_up = time.perf_counter()
+            self.in_use[name] += 1      # taken in the same loop tick as adapter(): an unload cannot slip between
             try:
                 resp = await asyncio.wait_for(self.client.chat(req), self.timeout)
             finally:
                 upstream[0] = time.perf_counter() - t_up
+                self.in_use[name] -= 1
+                if not self.in_use[name]:
+                    del self.in_use[name]
             choice = resp["choices"][0]
             msg = {"role": "assistant", "content": choice["message"].get("content"),
                    "tool_calls": list(choice["message"].get("tool_calls") or [])}
@@ -166,6 +174,7 @@ class Proxy:
                                              "tool_calls": []}, "length", {"usage": {}}, None
             else:
                 r.errors.append(f"server: {text[:300]}")
+                r.failure = r.failure or "server"
                 # a 4xx, not a 5xx: harnesses retry 5xx for minutes (opencode up to ~75 s); the rollout is
                 # ungraded anyway, so let the harness stop now
                 return web.json_response({"error": {"message": "model request failed", "type": "invalid_request"}},
@@ -261,8 +270,9 @@ def _kill(proc):
 
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
                       keep=False, sandbox="dir"):
-    """Run one rollout to the end: sandbox, harness, verifier, shaped reward. Never raises for the
-    rollout's own failures: they end up in r.errors / r.score None."""
+    """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
+    they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
+    does that, once, with the run's numbers)."""
     box = Path(root) / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
     proc = None
@@ -290,29 +300,34 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
                 r.exit_code = await asyncio.wait_for(proc.wait(), timeout or r.task.agent_timeout)
             except asyncio.TimeoutError:
                 r.timed_out = True
+                r.failure = r.failure or "timeout"
                 r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
         _kill(proc)
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         ok, why = (False, "timed out") if r.timed_out else harness.succeeded(r.exit_code, home, tmp)
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
+            r.failure = r.failure or "harness"
         if r.errors:
             r.score, r.reason = None, r.errors[0]
         else:
             res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message)
             r.score, r.reason = res.score, res.reason
+            if res.score is None:
+                r.failure = "verifier"
     except asyncio.CancelledError:
         r.errors.append("cancelled")
+        r.failure = r.failure or "cancelled"
         raise
     except Exception as e:             # a broken task or harness setup: this rollout is ungraded
         r.errors.append(f"{type(e).__name__}: {e}")
         r.score, r.reason = None, r.errors[-1]
+        r.failure = r.failure or "setup"
     finally:
         if proc is not None:
             _kill(proc)
         proxy.unregister(r)
         r.finished = time.time()
-        r.reward = grpo.shaped_reward(r.score, r.tool_calls, r.flagged)
         if not keep:
             shutil.rmtree(box, ignore_errors=True)
     return r
@@ -361,7 +376,7 @@ def to_atif(r: Rollout, harness_version="", model_name="policy") -> dict:
                               "total_completion_tokens": sum(len(t.completion_ids) for t in r.turns),
                               "total_steps": len(steps)},
             "extra": {"task": r.task.name, "group": r.group, "start_version": r.start_version, "score": r.score,
-                      "reward": r.reward, "reason": r.reason, "tool_calls": r.tool_calls, "flagged": r.flagged,
+                      "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls, "flagged": r.flagged,
                       "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
                       "timed_out": r.timed_out, "aux_requests": r.aux_requests,
                       "seconds": round(r.finished - r.started, 3)}}
@@ -393,12 +408,15 @@ class Group:
 
 class RolloutPool:
     """Keeps up to `max_sessions` rollouts of one harness running. next_task() gives the next training
-    task; version() the current adapter version (recorded at each rollout's start). Finished groups
-    arrive on `self.groups` (an asyncio.Queue), complete, in order of completion."""
+    task; version() the adapter version new requests use (recorded at each rollout's start); reward(r)
+    decides a finished rollout's reward, once (stored as r.reward, written to its ATIF file). Finished
+    groups arrive on `self.groups` (an asyncio.Queue), complete, in order of completion."""
 
     def __init__(self, harness, proxy: Proxy, next_task, version, root, max_sessions=48, group_size=8,
-                 rollouts_dir=None, keep=False, sandbox="dir", max_tokens=4096, context=131072, timeout=None):
+                 rollouts_dir=None, keep=False, sandbox="dir", max_tokens=4096, context=131072, timeout=None,
+                 reward=None):
         self.harness, self.proxy, self.next_task, self.version = harness, proxy, next_task, version
+        self.reward = reward
         self.root, self.max_sessions, self.group_size = Path(root), max_sessions, group_size
         self.rollouts_dir, self.keep, self.sandbox = rollouts_dir, keep, sandbox
         self.kw = {"max_tokens": max_tokens, "context": context, "timeout": timeout}
@@ -440,6 +458,8 @@ class RolloutPool:
                                   **self.kw)
             finally:
                 self.running -= 1
+        if self.reward is not None:
+            r.reward = self.reward(r)
         if self.rollouts_dir:
             out = Path(self.rollouts_dir) / f"{self.version():05d}" / f"{r.id}.json"
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import copy
 import json
 import os
@@ -53,7 +54,9 @@ SHARED = dict(
     micro_batches=4,                    # a step = at most 4 packed micro-batches
     max_staleness=4,                    # drop rollouts begun more than 4 adapter versions ago
     bonus=0.1, bonus_scale=15,          # reward = score + 0.1 * (1 - tool_calls / 15) on full passes
-    eps_low=0.2, eps_high=0.28, beta=0.0, ratio_cap=None,
+    loss="tis", tis_cap=2.0,            # off-policy correction: truncated importance weight min(pi/mu, 2)
+    eps_low=0.2, eps_high=0.28, ratio_cap=None,     # --loss clip: PPO's clip range (+ optional dual-clip cap)
+    beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", suite="all", server="vllm",
 )
@@ -98,6 +101,8 @@ def effective_config(args) -> dict:
         raise SystemExit(f"train.py: unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
     cfg = {**SHARED, **RECIPES[recipe], "model": args.model, "recipe": recipe}
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
+    if cfg["loss"] not in ("tis", "clip"):
+        raise SystemExit(f"train.py: --loss must be tis or clip, not {cfg['loss']!r}")
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
                                     f"{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg
@@ -114,23 +119,33 @@ def model_path(cfg, run_dir) -> Path:
 
 # ----------------------------------------------------------------------------- one harness's trainer
 
-class Trainer:
-    """One adapter, its optimizer, proxy and pool; its step and version."""
+def version_name(trainer, version):
+    """The server-side name of an adapter version ("pi-v17"): a new name per version, because vLLM keys
+    its prefix cache by adapter name + path."""
+    return f"{trainer}-v{version}"
 
-    def __init__(self, spec, model, cfg, run_dir, tasks, client):
+
+class Trainer:
+    """One adapter with its optimizer, proxy and pool. Versions: `step` optimizer steps have been taken, so
+    the live weights are version `step`; `served` is the newest version the server has loaded, the one
+    new requests use (it lags `step` while a new version is being published)."""
+
+    def __init__(self, spec, model, cfg, run_dir, tasks, client, server=None):
         kind, _, label = spec.partition(":")       # "mini:b" = a second mini trainer with its own adapter
         name = f"{kind}-{label}" if label else kind
         self.name, self.model, self.cfg, self.run_dir, self.client = name, model, cfg, run_dir, client
+        self.server = server                       # the embedded server object when it shares this process
         self.harness = H.get_harness(kind)
         L.add_lora(model, rank=cfg["rank"], alpha=cfg["alpha"], adapters=(name,), seed=cfg["seed"])
         self.params = L.lora_parameters(model, name)
         for p in self.params:
             p.requires_grad_(True)
         self.opt = torch.optim.AdamW(self.params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-        self.step, self.version, self.cursor = 0, 0, 0
+        self.step, self.cursor, self.served = 0, 0, None
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
-        self.queue, self.loaded, self.last_sync = [], [], 0.0
+        self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
+        self.proxy, self.snap, self.carry = None, None, []
 
     def next_task(self):
         task = self.order[self.cursor % len(self.order)]
@@ -138,109 +153,187 @@ class Trainer:
         return task
 
     def adapter(self):
-        return f"{self.name}-v{self.version}", self.version
+        """(name, version) for the proxy: always a version the server has loaded."""
+        return version_name(self.name, self.served), self.served
+
+    def reward(self, r):
+        """The reward of a finished rollout, decided once, with this run's numbers (the pool stores it
+        as r.reward and in the ATIF file; advantages and metrics read it from there)."""
+        return G.shaped_reward(r.score, r.tool_calls, r.flagged, self.cfg["bonus"], self.cfg["bonus_scale"])
+
+    def take_snapshot(self):
+        """A copy of the live adapter, taken under TRAIN_LOCK right after an optimizer step: what publish()
+        serves as version `step` while training goes on."""
+        self.snap = L.snapshot(self.model, self.name, str(self.cfg["model"]))
 
     async def publish(self):
-        """Save the live adapter as a new version and hot-load it; unload what is out of the window."""
-        t0 = time.time()
-        path = self.run_dir / "adapters" / f"{self.name}-v{self.version}"
-        await asyncio.to_thread(L.save_adapter, self.model, path, self.name, str(self.cfg["model"]))
-        await self.client.load_adapter(f"{self.name}-v{self.version}", path.resolve())
-        self.loaded.append(self.version)
-        while self.loaded and self.loaded[0] < self.version - self.cfg["max_staleness"]:
-            await self.client.unload_adapter(f"{self.name}-v{self.loaded.pop(0)}")
-        self.last_sync = time.time() - t0
+        """Serve the weights of version `step`, then hand that version to new requests; unload versions
+        that are outside the staleness window and used by no request in flight."""
+        t0, v = time.time(), self.step
+        name = version_name(self.name, v)
+        path = (self.run_dir / "adapters" / name).resolve()
+        config, tensors = self.snap
+        if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside
+            await self.server.add_adapter(name, config, tensors, path)
+            self.writes = [w for w in self.writes if not w.done()]
+            self.writes.append(asyncio.ensure_future(asyncio.to_thread(L.write_adapter, path, config, tensors)))
+        else:                         # vLLM or a remote server: through the disk and its HTTP API
+            await asyncio.to_thread(L.write_adapter, path, config, tensors)
+            await self.client.load_adapter(name, path)
+        self.served = v               # only now: no request ever names a version the server lacks
+        self.loaded.append(v)
+        for u in list(self.loaded):
+            if G.is_stale(u, v, self.cfg["max_staleness"]) and not self.proxy.in_use[version_name(self.name, u)]:
+                self.loaded.remove(u)
+                if self.server is not None:
+                    await self.server.remove_adapter(version_name(self.name, u))
+                else:
+                    await self.client.unload_adapter(version_name(self.name, u))
+        self.sync_time = time.time() - t0
 
-    def train_step(self, packed, record):
-        """Forward/backward over the micro-batches, one optimizer step, and the step's commit: step and
-        version advance and its metrics line is written under the same lock a checkpoint snapshot takes,
-        so a checkpoint never holds updated weights without their step (runs in a worker thread)."""
+    def optimize(self, packed, commit):
+        """Forward/backward over the packed micro-batches, one AdamW step, and the step's commit: `step`
+        advances, the snapshot is taken and commit(stats) writes the metrics line, all under the lock a
+        checkpoint snapshot takes, so a checkpoint never holds new weights without their step.
+        Runs in a worker thread while the server keeps decoding."""
         cfg, model, dev = self.cfg, self.model, self.model.device
         with TRAIN_LOCK:
-            L.set_adapter(model, self.name)
             model.train()
             self.opt.zero_grad(set_to_none=True)
-            sums = {}
+            stats = StepStats()
             for mb in packed.micro_batches:
-                t = lambda x: x.to(dev)  # noqa: E731
-                h = model(t(mb.input_ids), t(mb.position_ids), return_hidden=True)
-                logp = G.token_logprobs(h, model.lm_head.weight, t(mb.targets))
-                loss, st = G.grpo_loss(logp, t(mb.old_logp), t(mb.advantages), t(mb.mask),
-                                       num_tokens=packed.loss_tokens, eps_low=cfg["eps_low"],
-                                       eps_high=cfg["eps_high"], ratio_cap=cfg["ratio_cap"])
+                ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
+                    mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
+                ref = None
+                if cfg["beta"]:       # the base model's logprobs for the KL term: adapter off, no gradient
+                    with torch.no_grad():
+                        L.set_adapter(model, None)
+                        ref = G.token_logprobs(model(ids, pos, return_hidden=True), model.lm_head.weight, tgt)
+                L.set_adapter(model, self.name)
+                logp = G.token_logprobs(model(ids, pos, return_hidden=True), model.lm_head.weight, tgt)
+                loss, st = G.grpo_loss(logp, old, adv, mask, num_tokens=packed.loss_tokens,
+                                       objective=cfg["loss"], tis_cap=cfg["tis_cap"], eps_low=cfg["eps_low"],
+                                       eps_high=cfg["eps_high"], ratio_cap=cfg["ratio_cap"], beta=cfg["beta"],
+                                       ref_logp=ref, fresh=ver == self.step)   # sampled by these very weights
                 loss.backward()
-                w = st["tokens"].item() / max(packed.loss_tokens, 1)
-                for k, v in st.items():
-                    sums[k] = max(sums.get(k, 0.0), v.item()) if k == "ratio_max" else sums.get(k, 0.0) + (
-                        v.item() if k == "tokens" else w * v.item())
-                sums["loss"] = sums.get("loss", 0.0) + loss.item()
-            sums["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
+                stats.add(loss, st)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
             self.opt.step()
             model.eval()
             self.step += 1
-            self.version += 1
-            m = {"harness": self.name, "step": self.step, "version": self.version, **record(sums)}
-            with open(self.run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(m) + "\n")
-        return m
+            self.take_snapshot()
+            return commit({**stats.means(), "grad_norm": grad_norm})
 
     def state(self):
-        return {"step": self.step, "version": self.version, "cursor": self.cursor, "loaded": self.loaded,
+        return {"step": self.step, "cursor": self.cursor,
                 "adapter": {i: p.detach().cpu() for i, p in enumerate(self.params)},
                 "optimizer": self.opt.state_dict()}
 
     def restore(self, st):
-        self.step, self.version, self.cursor = st["step"], st["version"], st["cursor"]
+        self.step, self.cursor = st["step"], st["cursor"]
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 p.copy_(st["adapter"][i])
         self.opt.load_state_dict(st["optimizer"])
 
 
+class StepStats:
+    """grpo_loss's per-micro-batch stats -> the step's: token-weighted means (mismatch over fresh tokens)."""
+
+    def __init__(self):
+        self.sums, self.n, self.fresh, self.loss, self.ratio_max = {}, 0, 0, 0.0, 0.0
+
+    def add(self, loss, st):
+        n, f = st["tokens"].item(), st["fresh_tokens"].item()
+        self.n, self.fresh, self.loss = self.n + n, self.fresh + f, self.loss + loss.item()
+        self.ratio_max = max(self.ratio_max, st["ratio_max"].item())
+        for k in ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl"):
+            self.sums[k] = self.sums.get(k, 0.0) + n * st[k].item()
+        self.sums["mismatch"] = self.sums.get("mismatch", 0.0) + f * st["mismatch"].item()
+
+    def means(self):
+        out = {k: v / max(self.n, 1) for k, v in self.sums.items() if k != "mismatch"}
+        out["mismatch"] = self.sums.get("mismatch", 0.0) / self.fresh if self.fresh else None
+        return {**out, "loss": self.loss, "ratio_max": self.ratio_max, "fresh_tokens": self.fresh}
+
+
 TRAIN_LOCK = threading.Lock()       # one forward/backward at a time on the shared base
 CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
 
-async def collect(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event):
-    """Wait for the first finished group, then take more while the step's budget is not filled and
-    fewer than sessions / group_size groups are taken (the recipe's ~6 tasks x 8 rollouts)."""
-    cfg, groups = tr.cfg, []
-    max_groups = max(1, cfg["sessions"] // cfg["group_size"])
-    tokens = sum(len(s) for s in tr.queue)
-    while len(groups) < max_groups and tokens < cfg["token_budget"] and not stop.is_set():
-        get = asyncio.ensure_future(pool.groups.get())
-        done, _ = await asyncio.wait({get, asyncio.ensure_future(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
-        if get not in done:
-            get.cancel()
-            break
-        g = get.result()
+# ----------------------------------------------------------------------------- one step
+
+async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, everyone) -> bool:
+    """One step of one trainer, top to bottom. Returns False once the run is stopping."""
+    cfg, t0 = tr.cfg, time.time()
+    max_groups = max(1, cfg["sessions"] // cfg["group_size"])      # the recipe's ~6 tasks x 8 rollouts
+    # 1. Finished groups (a task joins only once all its rollouts are done). Each rollout's reward was
+    #    decided once, as it finished (tr.reward: score + bonus on a full pass, 0 after a guard note,
+    #    None when ungraded). Take groups until the token budget is full, and at least one with signal.
+    groups, seqs, no_signal = tr.carry, list(tr.queue), 0    # what did not fit the last step goes first
+    while not groups or not seqs or (len(groups) < max_groups and
+                                     sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
+        g = await next_group(pool, stop)
+        if g is None:
+            return False
         groups.append(g)
-        tokens += sum(len(t.prompt_ids) + len(t.completion_ids) for r in g.rollouts for t in r.turns)
-    return groups
-
-
-def step_inputs(tr: Trainer, groups):
-    """Groups -> sequences (FIFO after what waited), the stale ones dropped; and the step's statistics."""
-    cfg, seqs, st = tr.cfg, [], {"groups": len(groups), "no_signal": 0}
-    rollouts = [r for g in groups for r in g.rollouts]
-    graded = [r for r in rollouts if r.score is not None]
-    for g in groups:
-        rewards = [G.shaped_reward(r.score, r.tool_calls, r.flagged, cfg["bonus"], cfg["bonus_scale"])
-                   for r in g.rollouts]
-        adv, signal_ = G.group_advantages(rewards)
-        st["no_signal"] += not signal_
+        # 2. Advantages within the group: (r - mean) / std over its graded rollouts; ungraded ones stay out
+        adv, signal = G.group_advantages([r.reward for r in g.rollouts])
+        no_signal += not signal           # all rewards equal: nothing to learn from this task this time
+        # 3. Each rollout's turns -> training sequences, token for token as the server returned them
         for r, a in zip(g.rollouts, adv):
-            if signal_ and a is not None and r.turns:
+            if signal and a is not None:
                 for s in G.build_sequences(r.turns, a, r.id):
-                    s.version = r.start_version
+                    s.version = r.start_version            # staleness counts from the rollout's start
                     seqs.append(s)
-    kept, stale = G.drop_stale(tr.queue + seqs, tr.version, cfg["max_staleness"])
-    st.update(rollouts=len(rollouts), ungraded=len(rollouts) - len(graded),
-              reward=_mean([G.shaped_reward(r.score, r.tool_calls, r.flagged) for r in graded]),
-              score=_mean([r.score for r in graded]), pass_rate=_mean([float(r.score == 1.0) for r in graded]),
-              tool_calls=_mean([r.tool_calls for r in graded]), guard_blocks=sum(r.flagged for r in rollouts),
-              dropped_stale=len({s.rollout for s in stale}))
-    return kept, st
+    # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
+    seqs, stale = G.drop_stale(seqs, tr.step, cfg["max_staleness"])
+    # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
+    packed = G.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
+    tr.queue, tr.carry = packed.waiting, []
+    if not packed.micro_batches:              # everything was stale: these groups count in the next step
+        tr.carry = groups
+        return True
+    t1 = time.time()
+    # 6. Forward/backward + AdamW in a worker thread; the metrics line is written with the step's commit
+    rollouts = [r for g in groups for r in g.rollouts]
+    graded = [r for r in rollouts if r.reward is not None]
+
+    def commit(losses):
+        t2 = time.time()
+        m = {"harness": tr.name, "step": tr.step, "groups": len(groups), "rollouts": len(rollouts),
+             "reward": _mean([r.reward for r in graded]), "score": _mean([r.score for r in graded]),
+             "pass_rate": _mean([float(r.score == 1.0) for r in graded]),
+             "tool_calls": _mean([r.tool_calls for r in graded]), "guard_blocks": sum(r.flagged for r in rollouts),
+             "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
+                 r.failure or "other" for r in rollouts if r.reward is None)),
+             "no_signal": no_signal,
+             "dropped_stale": len({s.rollout for s in stale}), "tokens": packed.tokens, "fill": packed.fill,
+             "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
+             **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
+             "sync_time": tr.sync_time, "in_flight": pool.running, "served": tr.served, "time": t2}
+        with open(tr.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        return m
+    m = await asyncio.to_thread(tr.optimize, packed, commit)
+    print(progress(m), flush=True)
+    # 7. Publish version `step`: new requests use it from now on
+    await tr.publish()
+    if tr.step % cfg["save_every"] == 0:
+        await asyncio.to_thread(save_checkpoint, tr.run_dir, everyone)
+    return True
+
+
+async def next_group(pool, stop):
+    """The next finished group, or None once the run is stopping."""
+    get = asyncio.ensure_future(pool.groups.get())
+    halt = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({get, halt}, return_when=asyncio.FIRST_COMPLETED)
+    halt.cancel()
+    if get not in done:
+        get.cancel()
+        return None
+    return get.result()
 
 
 def _mean(xs):
@@ -306,12 +399,18 @@ def trim_metrics(path, trainers):
 
 
 def progress(m):
+    """The step's one line. ungraded (by why), stale = rollouts dropped for staleness; w = mean importance
+    weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
+    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
+    why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
             f"| tools {f(m['tool_calls'], '{:.1f}')} blocks {m['guard_blocks']} stale {m['dropped_stale']} "
-            f"ungraded {m['ungraded']} | tokens {m['tokens']} fill {m['fill']:.0%} | loss {f(m.get('loss'))} "
-            f"clip {f(m.get('clip_frac'), '{:.2f}')} | {m['step_time']:.1f}s (wait {m['wait_time']:.1f} train "
-            f"{m['train_time']:.1f} sync {m['sync_time']:.1f}) | in flight {m['in_flight']}")
+            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']} fill {m['fill']:.0%} "
+            f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
+            f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
+            f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
+            f"| in flight {m['in_flight']}")
 
 
 # ----------------------------------------------------------------------------- the run
@@ -339,7 +438,7 @@ async def run(cfg, resume=False):
                                 max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \
             if cfg["server"] == "vllm" else S.start_server(cfg["server"], path)
     client = S.Client(handle.url)
-    trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client) for n in names]
+    trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
     if resume and load_checkpoint(run_dir, trainers):
         print(f"resumed {run_dir} at " + ", ".join(f"{t.name} step {t.step}" for t in trainers), flush=True)
     trim_metrics(run_dir / "metrics.jsonl", trainers)
@@ -349,71 +448,61 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    pools, proxies = [], []
+    pools, proxies, t_start = [], [], time.time()
     try:
         for t in trainers:
-            await t.publish()
-            proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
-                                                "max_tokens": cfg["max_tokens"]})
-            await proxy.start()
-            pool = R.RolloutPool(t.harness, proxy, t.next_task, lambda t=t: t.version, run_dir / "sandboxes" / t.name,
+            t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
+                                                  "max_tokens": cfg["max_tokens"]})
+            t.take_snapshot()
+            await t.publish()               # version `step` is loaded before any rollout asks for it
+            await t.proxy.start()
+            pool = R.RolloutPool(t.harness, t.proxy, t.next_task, lambda t=t: t.served, run_dir / "sandboxes" / t.name,
                                  max_sessions=cfg["sessions"], group_size=cfg["group_size"],
                                  rollouts_dir=run_dir / "rollouts" / t.name, keep=cfg.get("keep_sandboxes", False),
                                  sandbox=cfg.get("sandbox", "dir"), max_tokens=cfg["max_tokens"],
-                                 context=cfg["context"])
+                                 context=cfg["context"], reward=t.reward)
             pool.start()
-            proxies.append(proxy)
+            proxies.append(t.proxy)
             pools.append(pool)
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, server {handle.url}, "
-              f"{len(train_tasks)} train tasks, {cfg['steps']} steps", flush=True)
-        await asyncio.gather(*(loop_one(t, p, cfg, run_dir, stop, trainers) for t, p in zip(trainers, pools)))
+              f"{len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
+
+        async def loop_one(tr, pool):
+            while tr.step < cfg["steps"] and not stop.is_set() and await train_step(tr, pool, stop, trainers):
+                pass
+        await asyncio.gather(*(loop_one(t, p) for t, p in zip(trainers, pools)))
     finally:
         await asyncio.to_thread(save_checkpoint, run_dir, trainers)
         for p in pools:
             await p.stop()
         for p in proxies:
             await p.stop()
+        for t in trainers:                  # adapter directories still being written
+            await asyncio.gather(*t.writes, return_exceptions=True)
         await client.close()
         handle.stop()
-    summary(run_dir, trainers)
+    summary(run_dir, trainers, time.time() - t_start)
 
 
-async def loop_one(tr, pool, cfg, run_dir, stop, everyone):
-    while tr.step < cfg["steps"] and not stop.is_set():
-        t0 = time.time()
-        groups = await collect(tr, pool, stop)
-        if not groups:
-            break
-        seqs, st = step_inputs(tr, groups)
-        packed = G.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
-        tr.queue = packed.waiting
-        t1 = time.time()
-        if not packed.micro_batches:
-            continue                                  # nothing with signal yet: keep collecting
-
-        def record(losses):     # the step's metrics line; sync_time = publishing the version it started from
-            t2 = time.time()
-            return {**st, "tokens": packed.tokens, "fill": packed.fill, "truncated": packed.truncated,
-                    "waiting": len(packed.waiting), **{k: v for k, v in losses.items() if k != "tokens"},
-                    "loss_tokens": packed.loss_tokens, "step_time": t2 - t0 + tr.last_sync, "wait_time": t1 - t0,
-                    "train_time": t2 - t1, "sync_time": tr.last_sync, "in_flight": pool.running, "time": t2}
-        m = await asyncio.to_thread(tr.train_step, packed, record)
-        print(progress(m), flush=True)
-        await tr.publish()
-        if tr.step % cfg["save_every"] == 0:
-            await asyncio.to_thread(save_checkpoint, run_dir, everyone)
-
-
-def summary(run_dir, trainers):
+def summary(run_dir, trainers, seconds):
+    """The end-of-run lines: per trainer, the reward curve (first vs last quarter of steps), pass rate,
+    rollouts lost, and how much of the trained tokens' gradient was cut."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
-    print(f"\nrun {run_dir}")
+    print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
     for t in trainers:
         ms = [m for m in lines if m["harness"] == t.name]
         rs = [m["reward"] for m in ms if m["reward"] is not None]
         k = max(1, len(rs) // 4)
-        curve = f"mean reward first {k} steps {sum(rs[:k]) / k:.3f} -> last {k} {sum(rs[-k:]) / k:.3f}" if rs else ""
-        print(f"  {t.name}: {t.step} steps, adapter {run_dir / 'adapters' / f'{t.name}-v{t.version}'}; {curve}")
+        first, last = (sum(rs[:k]) / k, sum(rs[-k:]) / k) if rs else (0.0, 0.0)
+        lost = sum(m.get("ungraded_by", {}).get("server", 0) for m in ms)
+        cut = _mean([m.get("clip_frac") for m in ms if m["step"] >= 2])
+        ps = [m["pass_rate"] for m in ms if m["pass_rate"] is not None]
+        print(f"  {t.name}: {t.step} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
+              f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {_mean(ps[:k]) or 0:.0%} -> "
+              f"{_mean(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
+              f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
+        print(f"    adapter {run_dir / 'adapters' / version_name(t.name, t.step)}")
     print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, checkpoint {run_dir / 'checkpoint'}")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+import grpo as G
 import harnesses as H
 import rollout as R
 import serve as S
@@ -133,7 +134,7 @@ def test_solved_task_is_graded_and_tokens_are_captured(tmp_path, name):
     r = asyncio.run(one(tmp_path, name, up))
     assert r.errors == [] and r.score == 1.0, (r.errors, r.reason)
     assert r.tool_calls == 1 and not r.flagged
-    assert r.reward == pytest.approx(1 + 0.1 * (1 - 1 / 15))
+    assert r.reward is None and r.failure == ""           # the reward is the trainer's to decide, once
     assert [(t.prompt_ids, t.completion_ids, t.logprobs) for t in r.turns] == up.returned     # (c)
     assert all(t.version == 3 for t in r.turns)
     sent = [q for q in up.requests if q.get("tools")]
@@ -148,7 +149,8 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
     up = Upstream(command=[HACK, SOLVE])          # one blocked call, one allowed: the harness carries on
     r = asyncio.run(one(tmp_path, name, up))
     assert r.flagged and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
-    assert r.tool_calls == 2 and r.score == 1.0 and r.reward == 0.0      # solved, but flagged: reward 0
+    assert r.tool_calls == 2 and r.score == 1.0                          # solved, but flagged: reward 0
+    assert G.shaped_reward(r.score, r.tool_calls, r.flagged) == 0.0
     note = r.verdicts[0]["note"]
     later = [m for q in up.requests[1:] for m in q["messages"] if m.get("role") == "assistant"]
     assert any(note in json.dumps(m.get("content")) for m in later), "the note did not reach the harness"
@@ -158,13 +160,13 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
 def test_upstream_failure_leaves_the_rollout_ungraded(tmp_path, name):
     need(name)
     r = asyncio.run(one(tmp_path, name, Upstream(fail=True), timeout=120))
-    assert r.score is None and r.reward is None and r.errors
+    assert r.score is None and r.errors and r.failure == "server"
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
 
 
 def test_hung_harness_is_killed_and_ungraded(tmp_path):
     r = asyncio.run(one(tmp_path, "mini", Upstream(hang=True), timeout=3))
-    assert r.timed_out and r.score is None and r.reward is None
+    assert r.timed_out and r.score is None and r.failure == "timeout"
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
 
 

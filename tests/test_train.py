@@ -117,3 +117,169 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
         t.step = 0
     assert T.load_checkpoint(tmp_path, trainers)
     assert {t.name: t.step for t in trainers} == steps      # the last save holds the newest steps
+
+
+def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
+    """Two trainers publish new versions over and over (staleness window 1, so old ones are unloaded all
+    the time) while 48 sessions send requests through their proxies to the embedded server: no request
+    may name a version the server lacks, and no version may be unloaded while a request uses it."""
+    import asyncio
+    import random
+
+    import model as M
+    import rollout as R
+    import serve as S
+    import train as TR
+
+    path = M.write_tiny_checkpoint(tmp_path / "tiny")
+    model = M.load_model(path)
+    handle = S.start_local(path, model=model, name="tiny", max_model_len=2048)
+    srv = handle.server
+    cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", max_staleness=1)
+    unsafe, removed = [], []
+    real_remove = srv.remove_adapter
+
+    async def spy_remove(name):          # observe (not replace) every unload: was anything using it?
+        busy = [r for r in srv.engine.active + list(srv.engine.pending.queue) if r.adapter == name]
+        if busy:
+            unsafe.append(name)
+        removed.append(name)
+        await real_remove(name)
+    srv.remove_adapter = spy_remove
+
+    async def go():
+        client = S.Client(handle.url)
+        trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"], client, server=srv) for spec in ("mini", "mini:b")]
+        for t in trainers:
+            t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})
+            t.take_snapshot()
+            await t.publish()
+            await t.proxy.start()
+        done, results = asyncio.Event(), []
+
+        async def session(i):
+            t = trainers[i % 2]
+            r = R.Rollout(task=None, harness=t.name)
+            t.proxy.register(r)
+            async with aiohttp.ClientSession() as http:
+                while not done.is_set():
+                    body = {"messages": [{"role": "user", "content": f"hello {i} {random.random()}"}],
+                            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}]}
+                    async with http.post(t.proxy.base_url(r) + "/chat/completions", json=body,
+                                         headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+                        results.append(resp.status)
+            return r
+
+        async def publisher(t):
+            for _ in range(12):
+                await asyncio.sleep(random.uniform(0.05, 0.3))
+                with torch.no_grad():               # a different adapter each version, like training
+                    for p in t.params:
+                        p.add_(0.01 * torch.randn_like(p))
+                t.step += 1
+                t.take_snapshot()
+                await t.publish()
+
+        sessions = [asyncio.ensure_future(session(i)) for i in range(48)]
+        await asyncio.gather(*(publisher(t) for t in trainers))
+        done.set()
+        rollouts = await asyncio.gather(*sessions)
+        for t in trainers:
+            await t.proxy.stop()
+            await asyncio.gather(*t.writes)
+        await client.close()
+        return trainers, rollouts, results
+
+    import aiohttp
+    import torch
+    try:
+        trainers, rollouts, results = asyncio.run(go())
+    finally:
+        handle.stop()
+    assert len(results) >= 96 and set(results) == {200}, sorted(set(results))
+    assert all(not r.errors and r.turns for r in rollouts), [r.errors for r in rollouts if r.errors][:3]
+    versions = {t.version for r in rollouts for t in r.turns}
+    assert len(versions) > 3                                   # requests really spanned many versions
+    assert not unsafe and len(removed) >= 16                   # many unloads, none while in use
+    for t in trainers:                                         # every version was written to disk as well
+        assert (tmp_path / "adapters" / f"{t.name}-v12" / "adapter_model.safetensors").exists()
+        assert t.loaded[-1] == t.served == 12
+
+
+def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
+    """--bonus 0.3: the reward the advantages are computed from, the metrics line's reward and the ATIF
+    file's reward are one and the same value, and it uses 0.3 (not the default 0.1)."""
+    import asyncio
+    import statistics
+
+    import grpo as G
+    import train as TR
+    for i in range(3):       # score 1, 0.5 or 0 by the length of the answer: three reward levels per group
+        d = tmp_path / "suite" / f"len-{i}"
+        for sub in ("environment", "tests", "solution"):
+            (d / sub).mkdir(parents=True)
+        (d / "environment" / "README.md").write_text("empty\n")
+        (d / "instruction.md").write_text("Say something.\n")
+        (d / "task.toml").write_text(f'[task]\nname = "len-{i}"\n[metadata]\nsource = "toy"\ntype = "qa"\n'
+                                     '[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 10\n')
+        (d / "tests" / "test.sh").write_text(
+            '#!/bin/bash\nn=$(wc -c < "$AGENT_OUTPUT")\ncase $((n % 3)) in 0) s=1;; 1) s=0.5;; *) s=0;; esac\n'
+            'echo $s > "$LOGS_DIR/reward.txt"\n')
+        (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    seen = []
+    real = G.group_advantages
+
+    def spy(rewards, *a, **k):                  # observe what the step computes advantages from
+        seen.append(list(rewards))
+        return real(rewards, *a, **k)
+    monkeypatch.setattr(G, "group_advantages", spy)
+    monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
+    cfg = TR.effective_config(TR.parse_args([
+        "--model", "tiny", "--suite", str(tmp_path / "suite"), "--bonus", "0.3", "--steps", "2", "--sessions", "16",
+        "--runs", str(tmp_path / "runs"), "--run", "r", "--max-tokens", "6"]))
+    asyncio.run(TR.run(cfg))
+    run = tmp_path / "runs" / "r"
+    atif = [json.loads(f.read_text())["extra"] for f in (run / "rollouts").rglob("*.json")]
+    for x in atif:
+        assert x["reward"] == pytest.approx(G.shaped_reward(x["score"], x["tool_calls"], x["flagged"], 0.3, 15))
+    assert any(x["reward"] == pytest.approx(1.3) for x in atif)           # the bonus really is 0.3
+    by_group = {}
+    for x in atif:
+        by_group.setdefault(x["group"], []).append(x["reward"])
+    atif_groups = sorted(sorted(v) for v in by_group.values())
+    assert all(sorted(s) in atif_groups for s in seen)        # advantages came from the ATIF rewards
+    ms, k = metrics(run), 0
+    for m in ms:                                              # and so did each step's logged reward
+        step_rewards = [r for g in seen[k:k + m["groups"]] for r in g if r is not None]
+        k += m["groups"]
+        assert m["reward"] == pytest.approx(statistics.mean(step_rewards))
+
+
+def test_beta_adds_the_kl_to_the_base_model(tmp_path):
+    """--beta reaches the loss: the KL term is computed against the base model's logprobs (adapter off)."""
+    import torch
+
+    import grpo as G
+    import model as M
+    import train as TR
+    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", beta=0.5)
+    tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"], None)
+    g = torch.Generator().manual_seed(0)
+    toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
+    seq = G.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
+    packed = G.pack([seq], 4096, 1)
+    first = tr.optimize(packed, lambda st: st)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)        # B = 0: the adapter is the base model
+    with torch.no_grad():
+        for p in tr.params:
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+        mb = packed.micro_batches[0]
+        L.set_adapter(m, None)
+        ref = G.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
+        L.set_adapter(m, "mini")
+        pol = G.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
+        d = (ref - pol)[mb.mask.bool()]
+        want = (torch.exp(d) - d - 1).mean().item()
+    second = tr.optimize(packed, lambda st: st)
+    assert want > 1e-4 and second["kl"] == pytest.approx(want, rel=1e-4)
