@@ -1,16 +1,17 @@
 """Writes data/toy/: tasks a tiny random model can partly solve, graded with partial credit (the CPU demo
-and the learning test). Deterministic; usage: python data/make_toy.py [OUT_DIR]"""
+and the learning test): six variations on writing numbers. Deterministic; usage: python data/make_toy.py [OUT_DIR]"""
 import sys
 
 from taskgen import fresh_suite_dir, read_helper, write_task
 
-TASKS = [  # name, grader mode, instruction, oracle answer
+TASKS = [  # name, grader mode, instruction, oracle answer. One theme (numbers), so that a tiny random model
+    # can learn the shared skill within minutes on a CPU; the tasks still differ in what earns full credit.
     ("toy-digits", "digits", "Write any digits into answer.txt.", "0123456789"),
-    ("toy-letter-a", "letter_a", "Write the letter a, as many times as you like, into answer.txt.", "aaaa"),
-    ("toy-upper", "upper", "Write some upper-case letters into answer.txt.", "ABCDEF"),
-    ("toy-one-word", "one_word", "Write exactly one word into answer.txt.", "hello"),
     ("toy-count", "count_to_five", "Write the numbers 1 to 5, separated by spaces, into answer.txt.", "1 2 3 4 5"),
-    ("toy-ok", "say_ok", "Write the word ok into answer.txt.", "ok"),
+    ("toy-even", "even_digits", "Write some even digits (0, 2, 4, 6 or 8) into answer.txt.", "2468"),
+    ("toy-odd", "odd_digits", "Write some odd digits (1, 3, 5, 7 or 9) into answer.txt.", "13579"),
+    ("toy-small", "small_digits", "Write some digits smaller than 5 into answer.txt.", "01234"),
+    ("toy-one-number", "one_number", "Write exactly one number into answer.txt.", "42"),
 ]
 
 README = "# Scratch space\n\nPut your answer in answer.txt here.\n"

@@ -438,5 +438,7 @@ def test_grading_ladder(answer, expected, reward):
 def test_toy_graders_give_partial_credit():
     g = load_helper("toy_grade")
     assert g.digits("12ab") == 0.5 and g.digits("0123") == 1.0
-    assert g.one_word("hello there") == 0.5
+    assert g.one_number("12 ab") == pytest.approx(0.25) and g.one_number("42") == 1.0
+    assert g.even_digits("2a") == 0.5 and g.odd_digits("13579") == 1.0 and g.small_digits("0159") == 0.5
+    assert g.count_to_five("3333") == pytest.approx(0.2)          # one number repeated: little credit
     assert 0 < g.count_to_five("1 2 x") < 1 and g.count_to_five("1 2 3 4 5") == 1.0

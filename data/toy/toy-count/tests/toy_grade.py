@@ -8,34 +8,34 @@ import os
 import sys
 
 
+def _share(text, ok):      # fraction of the non-space characters for which ok(c) holds
+    chars = [c for c in text if not c.isspace()]
+    return sum(ok(c) for c in chars) / len(chars)
+
+
 def digits(text):         # fraction of the non-space characters that are digits
-    chars = [c for c in text if not c.isspace()]
-    return sum(c.isdigit() for c in chars) / len(chars)
+    return _share(text, str.isdigit)
 
 
-def letter_a(text):       # fraction of the non-space characters that are the letter a
-    chars = [c for c in text if not c.isspace()]
-    return sum(c in "aA" for c in chars) / len(chars)
+def even_digits(text):    # fraction of the non-space characters that are 0, 2, 4, 6 or 8
+    return _share(text, lambda c: c in "02468")
 
 
-def upper(text):          # fraction of the non-space characters that are upper-case letters
-    chars = [c for c in text if not c.isspace()]
-    return sum(c.isupper() for c in chars) / len(chars)
+def odd_digits(text):     # fraction of the non-space characters that are 1, 3, 5, 7 or 9
+    return _share(text, lambda c: c in "13579")
 
 
-def one_word(text):       # 1 / number of words
-    return 1 / len(text.split())
+def small_digits(text):   # fraction of the non-space characters that are digits below 5
+    return _share(text, lambda c: c in "01234")
 
 
-def count_to_five(text):  # fraction of 1..5 present as words, times the fraction of words that are them
-    words = text.replace(",", " ").split()
-    want = ["1", "2", "3", "4", "5"]
-    return sum(w in words for w in want) / 5 * sum(w in want for w in words) / len(words)
+def one_number(text):     # 1 / number of words, times the fraction of the characters that are digits
+    return 1 / len(text.split()) * _share(text, str.isdigit)
 
 
-def say_ok(text):         # fraction of words that are "ok"
-    words = text.split()
-    return sum(w.strip(".,!").lower() == "ok" for w in words) / len(words)
+def count_to_five(text):  # fraction of the characters that are the digits 1-5, times how many of 1..5 appear
+    present = sum(d in text for d in "12345") / 5
+    return present * _share(text, lambda c: c in "12345")
 
 
 if __name__ == "__main__":

@@ -1,2 +1,0 @@
-#!/usr/bin/env bash
-printf '%s\n' 'hello' > answer.txt
