@@ -6,11 +6,14 @@
     python train.py --resume runs/<name>                       # continue a stopped or killed run
 
 One process, one frozen base model, one adapter + optimizer + rollout pool + guard proxy per harness, one
-inference server for all of them (embedded, vLLM, or a URL). Per harness, a step: take the groups whose 8
-rollouts are all graded -> shaped rewards -> group advantages -> turns merged into sequences -> drop
-rollouts begun more than 4 versions ago -> pack into 4 micro-batches under the token budget -> loss,
-backward, AdamW -> save adapter v(N+1) -> the server loads it as `<harness>-v(N+1)`, new requests use it,
-versions older than the staleness window are unloaded. Pools keep sessions running meanwhile.
+inference server for all of them (embedded, vLLM, or a URL). Per harness, a step (`train_step`, one
+function, top to bottom): take the groups whose 8 rollouts are all done (each rollout's reward decided
+once, as it finished) -> group advantages -> turns merged into sequences -> drop rollouts begun more
+than 4 versions ago -> pack into 4 micro-batches under the token budget -> loss (truncated importance
+sampling against the server's sampling logprobs, by default), backward, AdamW -> metrics line -> publish
+version N+1 as `<harness>-v(N+1)`: loaded by the server first (the embedded one gets the tensors in
+process; vLLM loads the PEFT directory), only then handed to new requests; versions outside the staleness
+window are unloaded once no request in flight uses them. Pools keep sessions running meanwhile.
 
 Every recipe number is in RECIPES / SHARED below and can be overridden from the command line
 (`--steps 50 --lr 2e-5 ...`); the effective config is saved as runs/<name>/config.json. Checkpoints
@@ -65,8 +68,8 @@ RECIPES = {
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    "tiny": dict(steps=16, sessions=32, token_budget=16384, gpus=0, lr=1e-2, rank=8, alpha=16, harness="mini",
-                 suite="toy", server="local", max_tokens=24, context=4096, save_every=4),
+    "tiny": dict(steps=24, sessions=40, token_budget=32768, gpus=0, lr=1e-2, rank=8, alpha=16, harness="mini",
+                 suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
 }
 
 
@@ -126,9 +129,10 @@ def version_name(trainer, version):
 
 
 class Trainer:
-    """One adapter with its optimizer, proxy and pool. Versions: `step` optimizer steps have been taken, so
-    the live weights are version `step`; `served` is the newest version the server has loaded, the one
-    new requests use (it lags `step` while a new version is being published)."""
+    """One adapter with its optimizer, proxy and pool. `step` counts steps (metrics lines); `version` counts
+    optimizer updates - the live weights are version `version` (a step with nothing to train leaves it,
+    so staleness is measured in real changes); `served` is the newest version the server has loaded, the
+    one new requests use (it lags `version` while a new version is being published)."""
 
     def __init__(self, spec, model, cfg, run_dir, tasks, client, server=None):
         kind, _, label = spec.partition(":")       # "mini:b" = a second mini trainer with its own adapter
@@ -141,11 +145,11 @@ class Trainer:
         for p in self.params:
             p.requires_grad_(True)
         self.opt = torch.optim.AdamW(self.params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-        self.step, self.cursor, self.served = 0, 0, None
+        self.step, self.version, self.cursor, self.served = 0, 0, 0, None
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
-        self.proxy, self.snap, self.carry = None, None, []
+        self.proxy, self.snap = None, None
 
     def next_task(self):
         task = self.order[self.cursor % len(self.order)]
@@ -167,9 +171,9 @@ class Trainer:
         self.snap = L.snapshot(self.model, self.name, str(self.cfg["model"]))
 
     async def publish(self):
-        """Serve the weights of version `step`, then hand that version to new requests; unload versions
+        """Serve the weights of version `version`, then hand that version to new requests; unload versions
         that are outside the staleness window and used by no request in flight."""
-        t0, v = time.time(), self.step
+        t0, v = time.time(), self.version
         name = version_name(self.name, v)
         path = (self.run_dir / "adapters" / name).resolve()
         config, tensors = self.snap
@@ -197,6 +201,8 @@ class Trainer:
         checkpoint snapshot takes, so a checkpoint never holds new weights without their step.
         Runs in a worker thread while the server keeps decoding."""
         cfg, model, dev = self.cfg, self.model, self.model.device
+        if dev.type == "cpu" and self.server is not None:     # the embedded engine has the other half
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - (self.server.engine.threads or 0)))
         with TRAIN_LOCK:
             model.train()
             self.opt.zero_grad(set_to_none=True)
@@ -214,23 +220,26 @@ class Trainer:
                 loss, st = G.grpo_loss(logp, old, adv, mask, num_tokens=packed.loss_tokens,
                                        objective=cfg["loss"], tis_cap=cfg["tis_cap"], eps_low=cfg["eps_low"],
                                        eps_high=cfg["eps_high"], ratio_cap=cfg["ratio_cap"], beta=cfg["beta"],
-                                       ref_logp=ref, fresh=ver == self.step)   # sampled by these very weights
+                                       ref_logp=ref, fresh=ver == self.version)   # sampled by these weights
                 loss.backward()
                 stats.add(loss, st)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
-            self.opt.step()
+            grad_norm = None
+            if packed.micro_batches:
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
+                self.opt.step()
+                self.version += 1
+                self.take_snapshot()
             model.eval()
             self.step += 1
-            self.take_snapshot()
             return commit({**stats.means(), "grad_norm": grad_norm})
 
     def state(self):
-        return {"step": self.step, "cursor": self.cursor,
+        return {"step": self.step, "version": self.version, "cursor": self.cursor,
                 "adapter": {i: p.detach().cpu() for i, p in enumerate(self.params)},
                 "optimizer": self.opt.state_dict()}
 
     def restore(self, st):
-        self.step, self.cursor = st["step"], st["cursor"]
+        self.step, self.version, self.cursor = st["step"], st.get("version", st["step"]), st["cursor"]
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 p.copy_(st["adapter"][i])
@@ -252,7 +261,10 @@ class StepStats:
         self.sums["mismatch"] = self.sums.get("mismatch", 0.0) + f * st["mismatch"].item()
 
     def means(self):
-        out = {k: v / max(self.n, 1) for k, v in self.sums.items() if k != "mismatch"}
+        if not self.n:                # an empty step: nothing was trained
+            return {k: None for k in ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl",
+                                      "mismatch", "loss", "ratio_max")} | {"fresh_tokens": 0}
+        out = {k: v / self.n for k, v in self.sums.items() if k != "mismatch"}
         out["mismatch"] = self.sums.get("mismatch", 0.0) / self.fresh if self.fresh else None
         return {**out, "loss": self.loss, "ratio_max": self.ratio_max, "fresh_tokens": self.fresh}
 
@@ -269,10 +281,12 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     max_groups = max(1, cfg["sessions"] // cfg["group_size"])      # the recipe's ~6 tasks x 8 rollouts
     # 1. Finished groups (a task joins only once all its rollouts are done). Each rollout's reward was
     #    decided once, as it finished (tr.reward: score + bonus on a full pass, 0 after a guard note,
-    #    None when ungraded). Take groups until the token budget is full, and at least one with signal.
-    groups, seqs, no_signal = tr.carry, list(tr.queue), 0    # what did not fit the last step goes first
-    while not groups or not seqs or (len(groups) < max_groups and
-                                     sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
+    #    None when ungraded). Take groups until the token budget is full; while none has signal, take more,
+    #    up to 4x as many (a policy that has collapsed to one answer would otherwise stall the run: then
+    #    the step is empty - no gradient, weights unchanged - and says so in no_signal).
+    groups, seqs, no_signal = [], list(tr.queue), 0    # what did not fit the last step goes first
+    while not groups or (not seqs and len(groups) < 4 * max_groups) or (
+            len(groups) < max_groups and sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
         g = await next_group(pool, stop)
         if g is None:
             return False
@@ -287,13 +301,10 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
                     s.version = r.start_version            # staleness counts from the rollout's start
                     seqs.append(s)
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
-    seqs, stale = G.drop_stale(seqs, tr.step, cfg["max_staleness"])
+    seqs, stale = G.drop_stale(seqs, tr.version, cfg["max_staleness"])
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
     packed = G.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
-    tr.queue, tr.carry = packed.waiting, []
-    if not packed.micro_batches:              # everything was stale: these groups count in the next step
-        tr.carry = groups
-        return True
+    tr.queue = packed.waiting
     t1 = time.time()
     # 6. Forward/backward + AdamW in a worker thread; the metrics line is written with the step's commit
     rollouts = [r for g in groups for r in g.rollouts]
@@ -301,7 +312,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
 
     def commit(losses):
         t2 = time.time()
-        m = {"harness": tr.name, "step": tr.step, "groups": len(groups), "rollouts": len(rollouts),
+        m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups), "rollouts": len(rollouts),
              "reward": _mean([r.reward for r in graded]), "score": _mean([r.score for r in graded]),
              "pass_rate": _mean([float(r.score == 1.0) for r in graded]),
              "tool_calls": _mean([r.tool_calls for r in graded]), "guard_blocks": sum(r.flagged for r in rollouts),
@@ -317,8 +328,9 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
         return m
     m = await asyncio.to_thread(tr.optimize, packed, commit)
     print(progress(m), flush=True)
-    # 7. Publish version `step`: new requests use it from now on
-    await tr.publish()
+    # 7. Publish the new version (if the step changed the weights): new requests use it from now on
+    if tr.version != tr.served:
+        await tr.publish()
     if tr.step % cfg["save_every"] == 0:
         await asyncio.to_thread(save_checkpoint, tr.run_dir, everyone)
     return True
@@ -432,7 +444,11 @@ async def run(cfg, resume=False):
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
     if cfg["server"] == "local":
-        handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"])
+        # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
+        # core oversubscribe it; measured on 2 cores: the first 32 rollouts took 30 s instead of 5 s).
+        threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
+        handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
+                               threads=threads)
     else:
         handle = S.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
                                 max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \
@@ -502,7 +518,7 @@ def summary(run_dir, trainers, seconds):
               f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {_mean(ps[:k]) or 0:.0%} -> "
               f"{_mean(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
               f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
-        print(f"    adapter {run_dir / 'adapters' / version_name(t.name, t.step)}")
+        print(f"    adapter {run_dir / 'adapters' / version_name(t.name, t.version)}")
     print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, checkpoint {run_dir / 'checkpoint'}")
 
 
