@@ -97,8 +97,8 @@ class Request:
 class Engine:
     """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
 
-    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None):
-        self.model, self.fmt = model, fmt
+    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None):
+        self.model, self.fmt, self.threads = model, fmt, threads
         self.max_batch, self.max_queue = max_batch, max_queue
         self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
         self.pending, self.commands = queue.Queue(), queue.Queue()
@@ -135,6 +135,8 @@ class Engine:
     # -- the engine thread
     def _loop(self):
         torch.set_grad_enabled(False)
+        if self.threads:              # CPU threads for this thread's ops (a trainer in the process takes the rest)
+            torch.set_num_threads(self.threads)
         while self.running:
             self._run_commands()
             while len(self.active) < self.max_batch and not self.pending.empty():
@@ -242,14 +244,15 @@ class Server:
     """model: an already loaded CausalLM to serve (train.py shares its frozen base with the server: the
     trainer's thread trains the live adapters while this server's thread serves saved versions)."""
 
-    def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None):
+    def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None,
+                 threads=None):
         self.path = M.resolve_model(model_path)
         self.name = name or str(model_path)
         self.model = model if model is not None else M.load_model(self.path, dtype=dtype, device=device)
         if not hasattr(self.model, "lora_routing"):
             L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
         self.fmt = ChatFormat.from_checkpoint(self.path)
-        self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len)
+        self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len, threads=threads)
 
     def app(self):
         @web.middleware

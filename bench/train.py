@@ -1,5 +1,7 @@
 """Where a training step's time goes, on CPU: waiting for rollouts vs forward/backward vs adapter sync
-(save the new version + hot-load it into the server), from a real `train.py --model tiny` run.
+(publishing the new version: with the embedded server in the same process, a copy of the LoRA tensors
+into its adapter table, the PEFT directory written aside; with vLLM, save + hot-load), from a real
+`train.py --model tiny` run.
 
     python bench/train.py [--steps 8] [--sessions 32] [extra train.py flags...]
 
@@ -34,9 +36,9 @@ def main():
     for name, f in (("median", statistics.median), ("mean", statistics.mean)):
         print(f"{name + ' after':<14}" + "".join(f"{f([m[k] for m in rest]):>10.2f}" for k in keys)
               + f"{f([m['tokens'] for m in rest]):>9.0f}")
-    tot = sum(m["step_time"] for m in rest)
-    print("share of step time after the first: " + ", ".join(
-        f"{k.replace('_time', '')} {sum(m[k] for m in rest) / tot:.0%}" for k in keys[:3]))
+    tot = sum(m["step_time"] + m["sync_time"] for m in rest)     # step_time ends before the publish
+    print("share of step + sync time after the first: " + ", ".join(
+        f"{k.replace('_time', '')} {sum(m[k] for m in rest) / tot:.1%}" for k in keys[:3]))
 
 
 if __name__ == "__main__":
