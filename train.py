@@ -73,6 +73,17 @@ RECIPES = {
 }
 
 
+FLAG_HELP = {
+    "loss": "tis: truncated importance sampling min(pi/mu, C) for stale rollouts; clip: PPO's clipped ratio",
+    "tis_cap": "C, the cap on the importance weight of --loss tis",
+    "eps_low": "--loss clip: lower clip range", "eps_high": "--loss clip: upper clip range",
+    "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip style; off by default)",
+    "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
+    "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
+    "max_staleness": "drop rollouts begun more than this many adapter versions ago",
+}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help=f"one of {', '.join(RECIPES)}, a HF repo id or a checkpoint directory")
@@ -88,7 +99,8 @@ def parse_args(argv=None):
     ap.add_argument("--device")
     for k, v in {**SHARED, **RECIPES["LFM3-1.7B"]}.items():
         if k not in ("harness", "server"):
-            ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None)
+            ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
+                            help=f"{FLAG_HELP.get(k, 'recipe value')} (shared default: {SHARED.get(k, '-')})")
     return ap.parse_args(argv)
 
 
