@@ -376,7 +376,8 @@ def to_atif(r: Rollout, harness_version="", model_name="policy") -> dict:
                               "total_completion_tokens": sum(len(t.completion_ids) for t in r.turns),
                               "total_steps": len(steps)},
             "extra": {"task": r.task.name, "group": r.group, "start_version": r.start_version, "score": r.score,
-                      "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls, "flagged": r.flagged,
+                      "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls,
+                      "flagged": r.flagged,
                       "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
                       "timed_out": r.timed_out, "aux_requests": r.aux_requests,
                       "seconds": round(r.finished - r.started, 3)}}
