@@ -291,7 +291,6 @@ class Server:
         if exists and not body.get("load_inplace"):
             raise RequestError(f"The lora adapter '{name}' has already been loaded. If you want to load the "
                                "adapter in place, set 'load_inplace' to True.")
-
         try:
             await self.add_adapter(name, *await asyncio.to_thread(L.read_adapter, path), path)
         except (L.AdapterError, OSError) as e:
@@ -306,7 +305,7 @@ class Server:
         await self.remove_adapter(name)
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
-    # -- the same two operations in process (train.py with the embedded server: no disk, no HTTP)
+    # -- loading in process (train.py with the embedded server: the tensors, no disk, no HTTP)
     async def add_adapter(self, name, config, tensors, path=""):
         """Install an adapter from (PEFT config, PEFT-key tensors) between decode steps; replaces one of
         the same name. Checked before anything is changed."""

@@ -30,6 +30,7 @@ import asyncio
 import collections
 import copy
 import json
+import math
 import os
 import random
 import shutil
@@ -118,6 +119,10 @@ def effective_config(args) -> dict:
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
     if cfg["loss"] not in ("tis", "clip"):
         raise SystemExit(f"train.py: --loss must be tis or clip, not {cfg['loss']!r}")
+    if not (cfg["tis_cap"] > 0 and math.isfinite(cfg["tis_cap"])):       # NaN fails both
+        raise SystemExit(f"train.py: --tis-cap must be a positive number, not {cfg['tis_cap']}")
+    if not (cfg["beta"] >= 0 and math.isfinite(cfg["beta"])):
+        raise SystemExit(f"train.py: --beta must be >= 0, not {cfg['beta']}")
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
                                     f"{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg
@@ -198,13 +203,10 @@ class Trainer:
             await self.client.load_adapter(name, path)
         self.served = v               # only now: no request ever names a version the server lacks
         self.loaded.append(v)
-        for u in list(self.loaded):
+        for u in list(self.loaded):   # (unloading is off the hot path: the same HTTP call for every server)
             if G.is_stale(u, v, self.cfg["max_staleness"]) and not self.proxy.in_use[version_name(self.name, u)]:
                 self.loaded.remove(u)
-                if self.server is not None:
-                    await self.server.remove_adapter(version_name(self.name, u))
-                else:
-                    await self.client.unload_adapter(version_name(self.name, u))
+                await self.client.unload_adapter(version_name(self.name, u))
         self.sync_time = time.time() - t0
 
     def optimize(self, packed, commit):
@@ -260,6 +262,7 @@ class Trainer:
 
 class StepStats:
     """grpo_loss's per-micro-batch stats -> the step's: token-weighted means (mismatch over fresh tokens)."""
+    MEANS = ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl")
 
     def __init__(self):
         self.sums, self.n, self.fresh, self.loss, self.ratio_max = {}, 0, 0, 0.0, 0.0
@@ -268,14 +271,13 @@ class StepStats:
         n, f = st["tokens"].item(), st["fresh_tokens"].item()
         self.n, self.fresh, self.loss = self.n + n, self.fresh + f, self.loss + loss.item()
         self.ratio_max = max(self.ratio_max, st["ratio_max"].item())
-        for k in ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl"):
+        for k in self.MEANS:
             self.sums[k] = self.sums.get(k, 0.0) + n * st[k].item()
         self.sums["mismatch"] = self.sums.get("mismatch", 0.0) + f * st["mismatch"].item()
 
     def means(self):
         if not self.n:                # an empty step: nothing was trained
-            return {k: None for k in ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl",
-                                      "mismatch", "loss", "ratio_max")} | {"fresh_tokens": 0}
+            return dict.fromkeys(self.MEANS + ("mismatch", "loss", "ratio_max")) | {"fresh_tokens": 0}
         out = {k: v / self.n for k, v in self.sums.items() if k != "mismatch"}
         out["mismatch"] = self.sums.get("mismatch", 0.0) / self.fresh if self.fresh else None
         return {**out, "loss": self.loss, "ratio_max": self.ratio_max, "fresh_tokens": self.fresh}
@@ -457,7 +459,7 @@ async def run(cfg, resume=False):
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
     if cfg["server"] == "local":
         # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
-        # core oversubscribe it; measured on 2 cores: the first 32 rollouts took 30 s instead of 5 s).
+        # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
         threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
         handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
                                threads=threads)
