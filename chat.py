@@ -11,6 +11,10 @@ model's text back into content / tool calls.
   `<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>\\n</tool_call>` and the
   Qwen3/Hermes JSON `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Malformed calls
   stay in the content as text; parsing never raises. `<think>` reasoning: `.parse_reasoning(text)`.
+- A template that ignores tools (SmolLM2's plain ChatML, most base models'): the conversation is rewritten
+  before rendering (`tools_as_text`): the tool list goes into the system message as Hermes-style
+  `<tools>` JSON with one example call, past calls become `<tool_call>` JSON in the assistant's text and
+  tool results become user turns in `<tool_response>` tags, and the JSON parser reads the calls back.
 - `write_tiny_tokenizer(dir, model_type)` writes an offline byte-level BPE tokenizer plus a chat
   template in the family's real format, for tiny test checkpoints. Templates are written here after
   the real ones: LFM2 after llama.cpp's `models/templates/llama-cpp-lfm2.jinja` (tool list / tool
@@ -376,7 +380,10 @@ _FORMAT_BY_MODEL_TYPE = {"lfm2": "pythonic", "lfm2_moe": "pythonic", "lfm2_vl": 
 
 
 def detect_tool_format(template: str, model_type: str | None = None) -> str:
-    """The template's own markers decide; else the model family; else Hermes/Qwen JSON."""
+    """The template's own markers decide; else the model family; else Hermes/Qwen JSON. A template that
+    ignores tools gets them as text (`tools_as_text`), in the JSON format."""
+    if not template_handles_tools(template):
+        return "json"
     if "<|tool_call_start|>" in template or "<|tool_list_start|>" in template:
         return "pythonic"
     if "<function=" in template:
@@ -397,6 +404,78 @@ def _tool_schemas(tools) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- tools, for templates without them
+TOOLS_PROMPT = """# Tools
+
+You can call functions. Their JSON schemas are within <tools></tools>:
+<tools>
+{tools}
+</tools>
+
+To call a function, answer with a JSON object within <tool_call></tool_call> tags, one block per call:
+<tool_call>
+{{"name": <function name>, "arguments": <arguments as a JSON object>}}
+</tool_call>
+For example:
+<tool_call>
+{example}
+</tool_call>
+The result comes back within <tool_response></tool_response> tags. Answer without a tool call when you are done."""
+
+
+def template_handles_tools(template: str) -> bool:
+    """Does the template render `tools` or `tool_calls` itself? (A plain ChatML template does neither.)"""
+    return bool(re.search(r"\btools\b|\btool_calls\b", template))
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content or ""
+
+
+def _example_call(tools) -> str:
+    """One call of the first tool, with a placeholder for each required argument."""
+    f = (tools[0].get("function", tools[0]) if tools and isinstance(tools[0], dict) else {}) or {}
+    params = f.get("parameters") or {}
+    required = params.get("required") or list(params.get("properties") or {})[:1]
+    return json.dumps({"name": f.get("name", "tool"), "arguments": {k: "..." for k in required}}, ensure_ascii=False)
+
+
+def tools_as_text(messages: list[dict], tools: list[dict] | None) -> list[dict]:
+    """The conversation for a template that ignores tools, in the one format `parse(..., "json")` reads back:
+    tools in the system message, calls as `<tool_call>` JSON in the assistant's text, results as user turns
+    in `<tool_response>` tags (consecutive results in one turn, as Qwen's template does). `messages` must
+    have been through `_prepare` (arguments are dicts)."""
+    out = []
+    for m in messages:
+        role, content = m.get("role"), _text(m.get("content"))
+        if role == "assistant" and m.get("tool_calls"):
+            blocks = [json.dumps({"name": c.get("function", c).get("name"),
+                                  "arguments": c.get("function", c).get("arguments", {})}, ensure_ascii=False)
+                      for c in m["tool_calls"]]
+            content = "\n".join([content] * bool(content) + [f"<tool_call>\n{b}\n</tool_call>" for b in blocks])
+            out.append({"role": "assistant", "content": content})
+        elif role == "tool":
+            block = f"<tool_response>\n{content}\n</tool_response>"
+            if out and out[-1].get("tool_results"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "tool_results": True})
+        else:
+            out.append({**m, "content": content})
+    for m in out:
+        m.pop("tool_results", None)
+    if tools:
+        listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        prompt = TOOLS_PROMPT.format(tools=listed, example=_example_call(tools))
+        if out and out[0].get("role") == "system":
+            out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + prompt}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
 # ----------------------------------------------------------------------------- ChatFormat
 class ChatFormat:
     """A checkpoint's tokenizer + chat template + tool-call format."""
@@ -409,6 +488,7 @@ class ChatFormat:
         self.special_tokens = {k: v for k, v in special_tokens.items() if v is not None}
         self.bos_token, self.eos_token = self.special_tokens.get("bos_token"), self.special_tokens.get("eos_token")
         self._compiled = compile_template(template, template_name)
+        self.template_tools = template_handles_tools(template)   # else tools_as_text rewrites the conversation
         stops = {self.eos_token, "<|im_end|>"}
         self.eos_token_ids = {tokenizer.token_to_id(t) for t in stops if t} - {None} | set(eos_token_ids)
         self.stop_strings = sorted({tokenizer.id_to_token(i) for i in self.eos_token_ids} - {None}, key=len)[::-1]
@@ -447,7 +527,10 @@ class ChatFormat:
                     add_generation_prompt: bool = True, **template_kwargs) -> str:
         if not messages:
             raise ValueError("cannot render an empty conversation")
-        return self._compiled.render(messages=_prepare(messages), tools=tools, documents=None,
+        messages = _prepare(messages)
+        if not self.template_tools:
+            messages, tools = tools_as_text(messages, tools), None
+        return self._compiled.render(messages=messages, tools=tools, documents=None,
                                      add_generation_prompt=add_generation_prompt,
                                      **{**self.special_tokens, **template_kwargs})
 

@@ -222,8 +222,8 @@ def test_tool_format_is_detected_from_the_template(tmp_path, model_type, tool_fo
 
 @pytest.mark.parametrize("model_type, tool_format", [("lfm2", "pythonic"), ("lfm3", "xml"), ("qwen3", "json")])
 def test_tool_format_falls_back_to_config_model_type(tmp_path, model_type, tool_format):
-    write_tiny_tokenizer(tmp_path, "qwen3")
-    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    write_tiny_tokenizer(tmp_path, "qwen3")     # a template that renders tools, but with no call markers
+    (tmp_path / "chat_template.jinja").write_text("{{ tools | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     assert ChatFormat.from_checkpoint(tmp_path).tool_format == tool_format
 
@@ -395,3 +395,51 @@ def test_a_bad_block_does_not_spoil_a_good_one(pair):
 ])
 def test_parse_reasoning_splits_think_blocks(pair, text, expected):
     assert pair("lfm3")[0].parse_reasoning(text) == expected
+
+
+# --- a template that ignores tools (SmolLM2's plain ChatML): tools_as_text
+CHATML_NO_TOOLS = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                   "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+                   "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+                   "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.fixture
+def chatml(tmp_path):
+    write_tiny_tokenizer(tmp_path, "qwen3")
+    (tmp_path / "chat_template.jinja").write_text(CHATML_NO_TOOLS)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "lfm2"}))   # the family's format is not used
+    return ChatFormat.from_checkpoint(tmp_path)
+
+
+def test_template_without_tools_gets_them_in_the_system_message(chatml):
+    assert not chatml.template_tools and chatml.tool_format == "json"
+    text = chatml.render_text([{"role": "user", "content": "List files"}], TOOLS)
+    system = text.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\n# Tools") and "You are a helpful assistant." not in text
+    listed = system.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+    assert [json.loads(line) for line in listed] == TOOLS
+    # the example is a call of the first tool that the parser reads back
+    example = system.split("For example:\n")[1].split("\nThe result")[0]
+    assert_calls(chatml.parse(example, TOOLS)[1], [("bash", {"command": "..."})])
+    # a system message of the conversation comes first, the tools after it
+    text = chatml.render_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x"}], TOOLS)
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+
+
+def test_template_without_tools_renders_an_agent_loop_the_parser_reads_back(chatml):
+    text = chatml.render_text(AGENT_LOOP, TOOLS, add_generation_prompt=False)
+    turns = text.split("<|im_start|>")[1:]
+    assert [t.split("\n")[0] for t in turns] == ["system", "user", "assistant", "user", "assistant", "user"]
+    # every past call parses back to what was called, results are in order in one user turn
+    content, calls = chatml.parse(turns[2].removeprefix("assistant\n").removesuffix("<|im_end|>\n"), TOOLS)
+    assert content == "Let me look." and [c["function"]["name"] for c in calls] == ["bash"]
+    assert json.loads(calls[0]["function"]["arguments"]) == ARGS
+    content, calls = chatml.parse(turns[4].removeprefix("assistant\n").removesuffix("<|im_end|>\n"), TOOLS)
+    assert content is None and [json.loads(c["function"]["arguments"]) for c in calls] == [{"path": "a.py"},
+                                                                                             {"path": "b.py"}]
+    assert turns[5] == ("user\n<tool_response>\ndef total(): ...\n</tool_response>\n"
+                        "<tool_response>\n\n</tool_response><|im_end|>\n")
+    # without tools and without tool turns the template renders as it always did
+    plain = [{"role": "user", "content": "Hello!"}]
+    assert chatml.render_text(plain) == chatml._compiled.render(messages=plain, add_generation_prompt=True)
