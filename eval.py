@@ -9,8 +9,9 @@ server, so 9 checkpoints x 150 sessions run as one batch of concurrent sessions 
 Each (model, task, sample) is a real harness rollout through the proxy, the guard and the verifier.
 
 Reported per model, overall and per task source and type: pass@1 (score == 1) with a 95 % Wilson
-interval, mean score, mean tool calls (also only on tasks both the base and that adapter solve - the
-recipe's "fewer tool calls at equal accuracy" claim), guard blocks, ungraded rollouts. Writes
+interval, mean score with a 95 % normal interval (over rollouts), mean tool calls (per rollout, per solved
+rollout, and on tasks both the base and that adapter solve - the recipe's "fewer tool calls at equal
+accuracy" claim), guard blocks, ungraded rollouts. Writes
 `result.json` and a self-contained `report.html` (inline SVG charts, no dependencies).
 
 Left out: pass@k for k > 1, paired significance tests between adapters, cost accounting.
@@ -46,13 +47,26 @@ def wilson(k, n, z=1.96):
     return (max(0.0, c - h), min(1.0, c + h))
 
 
+def mean_interval(xs, z=1.96):
+    """(mean, (lo, hi)): the normal 95 % interval of a mean over independent samples (here: rollouts, so it
+    covers sampling noise on these tasks, not the spread over other tasks)."""
+    if not xs:
+        return None, (0.0, 0.0)
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    h = z * sd / math.sqrt(len(xs))
+    return m, (m - h, m + h)
+
+
 def summarize(rollouts):
     graded = [r for r in rollouts if r["score"] is not None]
     k = sum(r["score"] == 1.0 for r in graded)
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    score, score_ci = mean_interval([r["score"] for r in graded])
     return {"n": len(rollouts), "graded": len(graded), "pass@1": k / len(graded) if graded else None,
-            "ci95": wilson(k, len(graded)), "score": mean([r["score"] for r in graded]),
+            "ci95": wilson(k, len(graded)), "score": score, "score_ci95": score_ci,
             "tool_calls": mean([r["tool_calls"] for r in graded]),
+            "tool_calls_solved": mean([r["tool_calls"] for r in graded if r["score"] == 1.0]),
             "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded)}
 
 
@@ -92,14 +106,16 @@ def bars(title, rows, fmt="{:.2f}", lo_hi=None, width=560):
 
 def write_html(path, rep, meta):
     ms = rep["models"]
-    charts = [bars("pass@1 (95% interval)", [(m, s["pass@1"], s["ci95"]) for m, s in ms.items()], "{:.0%}"),
+    charts = [bars("mean score (95% interval)", [(m, s["score"], s["score_ci95"]) for m, s in ms.items()]),
+              bars("pass@1 (95% interval)", [(m, s["pass@1"], s["ci95"]) for m, s in ms.items()], "{:.0%}"),
               bars("mean tool calls", [(m, s["tool_calls"], None) for m, s in ms.items()], "{:.1f}"),
               bars("mean tool calls on tasks solved by both base and model",
                    [(m, s["tool_calls_on_both_solved"], None) for m, s in ms.items()], "{:.1f}"),
               bars("guard blocks", [(m, s["guard_blocks"], None) for m, s in ms.items()], "{:.0f}")]
-    rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['pass@1'], '{:.1%}')}"
+    rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['score'], '{:.3f}')}"
+                   f"</td><td>{s['score_ci95'][0]:.3f} - {s['score_ci95'][1]:.3f}</td><td>{_f(s['pass@1'], '{:.1%}')}"
                    f"</td><td>{s['ci95'][0]:.1%} - {s['ci95'][1]:.1%}</td><td>{_f(s['tool_calls'])}</td>"
-                   f"<td>{s['guard_blocks']}</td></tr>" for m, s in ms.items())
+                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td></tr>" for m, s in ms.items())
     per = "".join(f"<h3>{html.escape(m)}</h3>" + "".join(
         f"<p>by {k[3:]}: " + ", ".join(f"{html.escape(v)} {_f(x['pass@1'], '{:.0%}')} (n={x['graded']})"
                                        for v, x in s[k].items()) + "</p>" for k in ("by_source", "by_type"))
@@ -107,7 +123,8 @@ def write_html(path, rep, meta):
     Path(path).write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>harness-rl eval</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:900px}}td,th{{padding:4px 10px;text-align:left}}</style>
 </head><body><h1>harness-rl evaluation</h1><p>{html.escape(json.dumps(meta))}</p>
-<table><tr><th>model</th><th>graded</th><th>pass@1</th><th>95% interval</th><th>tool calls</th><th>guard blocks</th></tr>
+<table><tr><th>model</th><th>graded</th><th>mean score</th><th>95% interval</th><th>pass@1</th><th>95% interval</th>
+<th>tool calls</th><th>per solved</th><th>guard blocks</th></tr>
 {rows}</table>{''.join(f'<p>{c}</p>' for c in charts)}{per}</body></html>""")
 
 
@@ -172,12 +189,13 @@ async def evaluate(args):
             "adapters": names}
     (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
     write_html(out / "report.html", rep, meta)
-    print(f"\n{'model':<24}{'pass@1':>8}{'95% interval':>18}{'tool calls':>12}{'blocks':>8}")
+    print(f"\n{'model':<24}{'graded':>8}{'score':>8}{'95% interval':>15}{'pass@1':>8}{'95% interval':>14}"
+          f"{'tools':>7}{'/solved':>8}{'blocks':>7}")
     for m, s in rep["models"].items():
-        lo, hi = s["ci95"]
-        interval = f"{lo:.0%}-{hi:.0%}"
-        print(f"{m:<24}{_f(s['pass@1'], '{:.1%}'):>8}{interval:>18}{_f(s['tool_calls'], '{:.1f}'):>12}"
-              f"{s['guard_blocks']:>8}")
+        (lo, hi), (slo, shi) = s["ci95"], s["score_ci95"]
+        print(f"{m:<24}{s['graded']:>4}/{s['n']:<3}{_f(s['score'], '{:.3f}'):>8}{f'{slo:.3f}-{shi:.3f}':>15}"
+              f"{_f(s['pass@1'], '{:.1%}'):>8}{f'{lo:.0%}-{hi:.0%}':>14}{_f(s['tool_calls'], '{:.2f}'):>7}"
+              f"{_f(s['tool_calls_solved'], '{:.2f}'):>8}{s['guard_blocks']:>7}")
     print(f"\nwrote {out / 'result.json'} and {out / 'report.html'}")
     return rep
 

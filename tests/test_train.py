@@ -82,9 +82,24 @@ def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
     assert set(res["models"]) == {"tiny", "ad-a", "ad-b"}
     for s in res["models"].values():
         assert s["n"] == 2 * res["meta"]["tasks"] and 0 <= s["ci95"][0] <= s["ci95"][1] <= 1
+        assert s["score_ci95"][0] <= s["score"] <= s["score_ci95"][1]
         assert set(s["by_source"]) == {"toy"}
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 3 and "pass@1" in html
+
+
+def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
+    import statistics
+
+    import eval as E
+    xs = [0.0, 0.25, 1.0, 1.0, 0.5, 0.0, 0.75]
+    m, (lo, hi) = E.mean_interval(xs)
+    h = 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
+    assert m == statistics.mean(xs) and abs(lo - (m - h)) < 1e-12 and abs(hi - (m + h)) < 1e-12
+    assert E.mean_interval([0.5]) == (0.5, (0.5, 0.5)) and E.mean_interval([]) == (None, (0.0, 0.0))
+    s = E.summarize([{"score": 1.0, "tool_calls": 2, "flagged": False}, {"score": 0.5, "tool_calls": 4, "flagged": True},
+                     {"score": None, "tool_calls": 0, "flagged": False}])
+    assert s["tool_calls_solved"] == 2 and s["tool_calls"] == 3 and s["guard_blocks"] == 1 and s["ungraded"] == 1
 
 
 def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
