@@ -8,7 +8,8 @@ What it does
   sequence segment with SDPA (sliding windows in blocks, never a T x T mask); the short convolution
   is reset at boundaries by spacing segments apart with zeros before one conv1d call.
 - `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state),
-  `generate` (temperature / top-p, seeded), `resolve_model` (HF cache lookup), `write_tiny_checkpoint`.
+  `generate` (temperature / top-p, seeded), `resolve_model` (HF cache lookup; GGUF files and names
+  through checkpoint.py), `write_tiny_checkpoint`.
 
 What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
 vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels.
@@ -27,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from checkpoint import CheckpointError   # the project's checkpoint.py (it never imports this file); re-exported
+
 FAMILIES = ("lfm2", "lfm2_moe", "lfm3", "llama", "qwen3")
 # Short names users type -> Hugging Face repo ids (resolve_model); "org/name" also works directly.
 MODEL_REPOS = {
@@ -35,10 +38,6 @@ MODEL_REPOS = {
     "LFM2-24B-A2B": "LiquidAI/LFM2-24B-A2B",
     "LFM2-1.2B": "LiquidAI/LFM2-1.2B",
 }
-
-
-class CheckpointError(ValueError):
-    """A checkpoint or config that cannot be loaded; the message names the file and the field."""
 
 
 # ----------------------------------------------------------------------------- config
@@ -793,16 +792,24 @@ def hf_state_dict(model: CausalLM, overrides=None) -> dict:
 
 
 def resolve_model(name_or_path) -> Path:
-    """A checkpoint directory, or a model name / HF repo id found in the Hugging Face cache
+    """A checkpoint directory; a `*.gguf` file or a GGUF model name (checkpoint.GGUF_MODELS), converted once
+    into the harness-rl cache by checkpoint.py; or a model name / HF repo id found in the Hugging Face cache
     (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) as written by `hf download`."""
+    import checkpoint as ckpt    # (`checkpoint` here is torch's activation checkpointing)
+
     p = Path(os.path.expanduser(str(name_or_path)))
     if p.is_dir():
         return p
+    if p.suffix.lower() == ".gguf":
+        return ckpt.gguf_checkpoint(p)
     name = str(name_or_path)
+    if name in ckpt.GGUF_MODELS:
+        return ckpt.fetch_gguf_model(name)
     repo = MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
     if repo is None:
-        raise CheckpointError(f"{name!r} is neither a checkpoint directory nor a known model "
-                              f"({', '.join(MODEL_REPOS)}) or a Hugging Face repo id (org/name)")
+        raise CheckpointError(f"{name!r} is neither a checkpoint directory, a .gguf file, nor a known model "
+                              f"({', '.join([*MODEL_REPOS, *ckpt.GGUF_MODELS])}) or a Hugging Face repo "
+                              "id (org/name)")
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
     root = Path(hub) / ("models--" + repo.replace("/", "--"))
