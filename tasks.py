@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "smoldata", "repo2rl")
+SUITES = ("toy", "numbers", "smoldata", "repo2rl")
 GUARD_RULES = ("declared-tool", "hosts", "reward-hacking", "test-editing", "answer-lookup", "credentials")
 HOLDOUT_FRACTION = 0.15                       # 40 of the 270 published Repo2RLEnvs
 HOLDOUT_CAP = {"repo2rl": 40, "smoldata": 150}  # the recipe's held-out counts at full size

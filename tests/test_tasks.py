@@ -91,7 +91,7 @@ def test_data_stays_small():
     assert size < 3_000_000, size
 
 
-@pytest.mark.parametrize("suite", ["toy", "smoldata", "repo2rl"])
+@pytest.mark.parametrize("suite", ["toy", "numbers", "smoldata", "repo2rl"])
 def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
     out = tmp_path / suite
     subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)
@@ -399,7 +399,7 @@ def test_split_is_deterministic_disjoint_and_covers_everything():
     assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
     assert names(T.load_tasks("all", split="eval")) == names(evals)
     assert names(T.load_tasks("all", split="eval", seed=1)) != names(evals)
-    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy"}
+    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers"}
 
 
 def test_a_recorded_manifest_reproduces_the_split():
@@ -442,3 +442,21 @@ def test_toy_graders_give_partial_credit():
     assert g.even_digits("2a") == 0.5 and g.odd_digits("13579") == 1.0 and g.small_digits("0159") == 0.5
     assert g.count_to_five("3333") == pytest.approx(0.2)          # one number repeated: little credit
     assert 0 < g.count_to_five("1 2 x") < 1 and g.count_to_five("1 2 3 4 5") == 1.0
+
+
+def test_numbers_grader_gives_partial_credit_for_the_exact_numbers():
+    g = load_helper("numbers_grade")
+    assert g.score("3 4 5 6", "3 4 5 6") == 1.0 and g.score("3, 4, 5, 6.", "3 4 5 6") == 1.0
+    assert g.score("", "3 4 5 6") == 0.0 and g.score("hello", "3 4 5 6") == 0.0
+    assert g.score("3 4 5", "3 4 5 6") == 0.75                              # a number missing
+    assert g.score("3 4 5 6 7", "3 4 5 6") == pytest.approx(0.8 * 0.8)      # one extra word, one extra number
+    assert g.score("6 5 4 3", "3 4 5 6") == 0.5                              # out of order
+    assert g.score("The answer is 12.", "12") == 0.25 and g.score("13", "12") == 0.0
+    assert 0 < g.score("The numbers are 3 4 5 6.", "3 4 5 6") < 1
+
+
+def test_numbers_holdout_covers_kinds_the_training_tasks_also_cover():
+    tasks = T.load_tasks("numbers")
+    held = T.holdout(tasks)
+    assert len(tasks) == 42 and len(held) == 6
+    assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}

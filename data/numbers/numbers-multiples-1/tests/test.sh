@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Partial credit: see numbers_grade.py.
+python3 -S "$TESTS_DIR/numbers_grade.py" "4 8 12" "$LOGS_DIR"

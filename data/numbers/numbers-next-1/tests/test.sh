@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Partial credit: see numbers_grade.py.
+python3 -S "$TESTS_DIR/numbers_grade.py" "36" "$LOGS_DIR"
