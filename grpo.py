@@ -291,13 +291,17 @@ def _chunk_logp(h, weight, targets):
     return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, -1)
 
 
-def token_logprobs(hidden, lm_head_weight, targets, chunk=2048):
+def token_logprobs(hidden, lm_head_weight, targets, chunk=2048, temperature=1.0):
     """log p(targets) (fp32) from final hidden states [.., T, H] and the output embedding [V, H], `chunk`
     tokens at a time: peak extra memory is one [chunk, V] fp32 block plus a [T, H] gradient buffer. The
     output embedding is frozen in LoRA training; if it does require grad, chunks are recomputed in
-    backward instead (torch checkpointing)."""
+    backward instead (torch checkpointing). `temperature`: the distribution the server sampled from,
+    softmax(logits / T) - the one its logprobs are of, so pi and mu compare like with like (as verl and
+    slime do); T <= 0 (greedy) counts as 1. top-p / top-k truncation is not modelled."""
     shape = targets.shape
     h, tg = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1).to(hidden.device)
+    if temperature > 0 and temperature != 1.0:
+        h = h / temperature                 # (h / T) W^T = logits / T
     if lm_head_weight.requires_grad and torch.is_grad_enabled():
         out = [checkpoint(_chunk_logp, h[s:s + chunk], lm_head_weight, tg[s:s + chunk], use_reentrant=False)
                for s in range(0, h.shape[0], chunk)]

@@ -171,6 +171,23 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
         assert torch.allclose(G.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_logprobs_at_the_sampling_temperature_equal_the_samplers(temperature):
+    """The trainer's pi is of the distribution the server sampled from (model.sample: processed logprobs)."""
+    import model as M
+    torch.manual_seed(0)
+    h, w = torch.randn(6, 16, requires_grad=True), torch.randn(101, 16)
+    gen = torch.Generator().manual_seed(0)
+    sampled = [M.sample(h[i].detach() @ w.t(), temperature, 1.0, gen) for i in range(6)]
+    got = G.token_logprobs(h, w, torch.tensor([t for t, _ in sampled]), chunk=4, temperature=temperature)
+    assert torch.allclose(got, torch.tensor([lp for _, lp in sampled]), atol=1e-5)
+    got.sum().backward()                      # and the gradient flows through the scaling
+    assert h.grad is not None and torch.isfinite(h.grad).all()
+    if temperature != 1.0:                    # without it, pi and mu differ: the mismatch this fixes
+        plain = G.token_logprobs(h.detach(), w, torch.tensor([t for t, _ in sampled]))
+        assert (plain - got.detach()).abs().max() > 1e-2
+
+
 def test_loss_equals_hand_computed_reference():
     logp = torch.tensor([-1.0, -0.5, -2.0, -0.1])
     old = torch.tensor([-1.2, -0.5, -1.0, -0.1])
