@@ -6,20 +6,24 @@
   request fields, response shape (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error
   semantics. One decode thread runs continuous batching: every active request advances one token per
   step in one forward pass, each row with its own adapter; new requests are prefilled and join between
-  steps. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs).
+  steps. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs). A prompt seen
+  recently with the same adapter is not prefilled again (`Engine.prompts`: the 8 rollouts of a GRPO group
+  send the same first prompt): its prefilled cache and last logits are reused, and each request samples
+  from them with its own generator.
 - vLLM launcher: `vllm_command(...)` builds the `vllm serve` command line (LoRA, rank, max loras from
   trainers x staleness, processed logprobs, tool parser by family); `start_server("vllm", ...)` runs it
   with its log in the run directory, waits for /health, and stops it with its process group.
 - `Client`: the one small async client the trainer and the proxy use.
 
 Left out: n > 1, top_logprobs > 0, beam search, guided decoding (tool_choice "required" or a named
-function is accepted but not enforced), prefix caching, and preemption (a request that cannot fit the
+function is accepted but not enforced), prefix caching beyond whole identical prompts, and preemption (a request that cannot fit the
 context is refused up front instead).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import queue
@@ -97,8 +101,13 @@ class Request:
 class Engine:
     """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
 
-    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None):
+    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
+                 prompt_cache_tokens=65536):
         self.model, self.fmt, self.threads = model, fmt, threads
+        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first. Safe to
+        # share: Cache.extend copies rows into the decode batch, so a stored cache is never written to.
+        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
+        self.prompt_hits = 0
         self.max_batch, self.max_queue = max_batch, max_queue
         self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
         self.pending, self.commands = queue.Queue(), queue.Queue()
@@ -159,21 +168,41 @@ class Engine:
                                                                                    f.set_result(r)))
         for name in list(self.removing):      # unload once no running request still uses it
             if all(r.adapter != name for r in self.active + list(self.pending.queue)):
+                self.forget(name)
                 L.remove_adapter(self.model, name)
                 self.removing.discard(name)
 
     def _prefill(self, req: Request):
-        try:
-            L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
-            cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
-            ids = torch.tensor([req.prompt_ids], device=self.model.device)
-            logits = self.model(ids, cache=cache)[0, -1]
-        except Exception as e:  # never let one request take the engine down
-            req.emit("error", f"prefill failed: {e}")
-            return
+        key = (req.adapter, tuple(req.prompt_ids))
+        if key in self.prompts:
+            self.prompts.move_to_end(key)
+            cache, logits = self.prompts[key]
+            self.prompt_hits += 1
+        else:
+            try:
+                L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
+                cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
+                ids = torch.tensor([req.prompt_ids], device=self.model.device)
+                logits = self.model(ids, cache=cache)[0, -1]
+            except Exception as e:  # never let one request take the engine down
+                req.emit("error", f"prefill failed: {e}")
+                return
+            self._remember(key, cache, logits)
         if self._accept(req, logits):
             self.cache.extend(cache)
             self.active.append(req)
+
+    def _remember(self, key, cache, logits):
+        if len(key[1]) > self.prompt_cache_tokens:
+            return
+        self.prompts[key] = (cache, logits)
+        while sum(len(k[1]) for k in self.prompts) > self.prompt_cache_tokens:
+            self.prompts.popitem(last=False)
+
+    def forget(self, adapter):
+        """Drop the stored prompts of an adapter whose weights change or go (engine thread only)."""
+        for key in [k for k in self.prompts if k[0] == adapter]:
+            del self.prompts[key]
 
     def _step(self):
         rows = [r.adapter for r in self.active]
@@ -312,6 +341,7 @@ class Server:
         def add():
             if name in L.adapter_names(self.model):
                 L.remove_adapter(self.model, name)
+            self.engine.forget(name)      # new weights under an old name: its stored prompts are stale
             L.install_adapter(self.model, config, tensors, name, where=str(path or name))
             self.engine.removing.discard(name)
             self.engine.adapters[name] = str(path)

@@ -36,7 +36,7 @@ def env(tmp_path_factory):
     rand = L.save_adapter(ref, tmp / "rand", adapter="rand")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")
     yield {"url": h.url, "ckpt": ckpt, "scripted": scripted, "rand": rand, "ref": ref, "tmp": tmp,
-           "fmt": ChatFormat.from_checkpoint(ckpt)}
+           "fmt": ChatFormat.from_checkpoint(ckpt), "engine": h.server.engine}
     h.stop()
 
 
@@ -188,6 +188,43 @@ def test_multi_adapter_batch_equals_one_request_at_a_time(env):
         got = [x["logprob"] for x in r["choices"][0]["logprobs"]["content"]]
         want = [x["logprob"] for x in alone["choices"][0]["logprobs"]["content"]]
         assert got == pytest.approx(want, abs=1e-4)
+
+
+def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
+    """A GRPO group's 8 rollouts send the same first prompt: one prefill, 8 independent samples, each with
+    the logprobs of a fresh forward."""
+    ask = [{"role": "user", "content": "the same prompt for a whole group"}]
+    hits = env["engine"].prompt_hits
+    body = {"messages": ask, "max_tokens": 8, "temperature": 3.0, "logprobs": True, "return_token_ids": True}
+
+    async def group():
+        return await asyncio.gather(*(post(env["url"], "/v1/chat/completions", {**body, "seed": i})
+                                      for i in range(8)))
+    rs = [r for _, r in run(group())]
+    assert env["engine"].prompt_hits - hits == 7
+    outs = [r["choices"][0]["token_ids"] for r in rs]
+    assert len({tuple(o) for o in outs}) > 1                          # each request samples on its own
+    L.set_adapter(env["ref"], None)
+    for r, out in zip(rs, outs):
+        prompt = r["prompt_token_ids"]
+        with torch.no_grad():
+            logits = env["ref"](torch.tensor([prompt + out]))[0, len(prompt) - 1:-1] / 3.0
+        want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
+        got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
+        assert (got - want).abs().max() <= 1e-4
+
+
+def test_new_weights_under_an_old_name_are_not_answered_from_stored_prompts(env):
+    body = {"messages": ASK, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    answer = lambda m: run(post(env["url"], "/v1/chat/completions", {**body, "model": m}))[1]["choices"][0]["token_ids"]  # noqa
+    load(env, "fresh-scripted", env["scripted"])
+    want = answer("fresh-scripted")
+    load(env, "swap", env["rand"])
+    before = answer("swap")
+    assert load(env, "swap", env["scripted"], load_inplace=True)[0] == 200
+    assert answer("swap") == want != before
+    run(post(env["url"], "/v1/unload_lora_adapter", {"lora_name": "swap"}))
+    assert not [k for k in env["engine"].prompts if k[0] == "swap"]
 
 
 def test_48_concurrent_streaming_sessions_complete(env):
