@@ -171,7 +171,9 @@ async def evaluate(args):
                 reward = G.shaped_reward(r.score, r.tool_calls, r.flagged, SHARED["bonus"], SHARED["bonus_scale"])
                 results.append({"model": m, "task": task.name, "source": task.source, "type": task.type,
                                 "sample": i, "score": r.score, "reward": reward, "tool_calls": r.tool_calls,
-                                "flagged": r.flagged, "reason": r.reason})
+                                "flagged": r.flagged, "reason": r.reason, "failure": r.failure,
+                                "turns": len(r.turns), "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
+                                "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
                 print(f"  {m:<20} {task.name:<32} score {r.score} tools {r.tool_calls}"
                       f"{' BLOCKED' if r.flagged else ''}", flush=True)
         print(f"evaluating {len(names) + 1} models x {len(tasks)} tasks x {args.samples} samples "

@@ -207,8 +207,11 @@ class Pi(Harness):
             "baseUrl": base_url, "api": "openai-completions", "apiKey": api_key,
             "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
             "models": [{"id": model, "contextWindow": context, "maxTokens": max_tokens}]}}})
+        # pi compacts once the context passes contextWindow - compaction.reserveTokens (16 384 by default):
+        # with a small window (SmolLM2's 8 192) it would summarise before the first answer. Reserve a quarter.
         _write_json(agent / "settings.json", {"enableInstallTelemetry": False,
-                                              "retry": {"enabled": False, "provider": {"maxRetries": 0}}})
+                                              "retry": {"enabled": False, "provider": {"maxRetries": 0}},
+                                              "compaction": {"reserveTokens": min(16384, context // 4)}})
 
     def launch(self, prompt, home, work, tmp, rollout_id):
         config = json.loads((Path(home) / ".pi" / "agent" / "models.json").read_text())
