@@ -81,7 +81,10 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
                         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
                         "models": [{"id": MODEL, "contextWindow": 65536, "maxTokens": 1234}]}
     settings = json.loads((agent / "settings.json").read_text())
-    assert settings == {"enableInstallTelemetry": False, "retry": {"enabled": False, "provider": {"maxRetries": 0}}}
+    assert settings == {"enableInstallTelemetry": False, "retry": {"enabled": False, "provider": {"maxRetries": 0}},
+                        "compaction": {"reserveTokens": 16384}}
+    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], BASE, SECRET, MODEL, context=8192)
+    assert json.loads((agent / "settings.json").read_text())["compaction"] == {"reserveTokens": 2048}
     assert (agent / "models.json").stat().st_mode & 0o077 == 0          # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
     assert launch.argv[0].endswith("node_modules/.bin/pi") and launch.argv[-1] == PROMPT
