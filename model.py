@@ -7,12 +7,18 @@ What it does
   row (position_ids restarting at 0) give exactly the logits of separate runs. Attention runs per
   sequence segment with SDPA (sliding windows in blocks, never a T x T mask); the short convolution
   is reset at boundaries by spacing segments apart with zeros before one conv1d call.
+  Shared prefixes (tree packing, grpo.pack): a segment starting at p > 0 is a branch of the row's last
+  segment that started at 0 and reuses that root's first p tokens - its queries attend to the root's
+  keys below p (a [branch, p + branch] mask, or query blocks when large), its convolution starts from
+  the root's inputs at p-(L-1)..p-1 - so 8 rollouts of one prompt compute the prompt once, with the
+  logits of 8 separate runs. One level: a branch of a branch is not expressible (see find_segments).
 - `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state),
   `generate` (temperature / top-p, seeded), `resolve_model` (HF cache lookup; GGUF files and names
   through checkpoint.py), `write_tiny_checkpoint`.
 
 What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
-vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels.
+vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels, branches
+in the decoding cache (a cache row is one sequence).
 """
 from __future__ import annotations
 
@@ -263,35 +269,97 @@ def rotate(x, cos, sin):
 
 @dataclass
 class Segments:
-    """Where packed sequences start, from position_ids; computed once per forward."""
+    """Where packed sequences start, from position_ids; computed once per forward.
+
+    A segment starts wherever position_ids do not continue by +1. One that starts at 0 (or at a row's first
+    token) is a sequence of its own. One that starts at p > 0 inside a row is a *branch* of the row's most
+    recent segment that started at 0, its root: it shares the root's first p tokens (positions 0..p-1), so
+    it attends to the root's keys/values at positions < p, and its short convolution sees the root's inputs
+    at positions p-(L-1)..p-1 before its first token. Its logits are those of root[:p] + branch run alone."""
     lengths: list            # segment lengths, in order over the flattened [B*T] token stream
     seg_id: torch.Tensor     # [B*T] segment index of every token
     uniform: bool            # exactly one segment per row (a plain batch): batched fast path
+    starts: list = None      # flat offset of each segment's first token
+    root: list = None        # per segment: index of the segment it branches from, or None
+    shared: list = None      # per segment: how many root tokens it shares (its first position), 0 if none
+    branched: bool = False   # any branch at all (else the plain per-segment path)
+    _fill: dict = field(default_factory=dict, repr=False)   # packed_conv's branch padding indices, per (L, device)
 
 
 def find_segments(position_ids: torch.Tensor) -> Segments:
+    """Segments of a packed [B, T] batch (see Segments). Raises ValueError for a branch with no root before
+    it in its row, or whose root is shorter than the p tokens it shares."""
     B, T = position_ids.shape
     start = torch.ones_like(position_ids, dtype=torch.bool)
     start[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
     start = start.flatten()
     seg_id = torch.cumsum(start.long(), 0) - 1
-    idx = torch.nonzero(start).flatten().tolist() + [B * T]
-    lengths = [b - a for a, b in zip(idx[:-1], idx[1:])]
-    return Segments(lengths, seg_id, uniform=len(lengths) == B)
+    where = torch.nonzero(start).flatten()
+    idx, first = torch.stack([where, position_ids.flatten()[where]]).tolist()    # one device sync
+    lengths = [b - a for a, b in zip(idx, idx[1:] + [B * T])]
+    seg = Segments(lengths, seg_id, uniform=len(lengths) == B, starts=idx)
+    if len(lengths) == B or not any(first):
+        return seg
+    root, shared, r = [None] * len(idx), [0] * len(idx), None
+    for i, (s, p) in enumerate(zip(idx, first)):
+        if s % T == 0:                    # a row's first segment is never a branch
+            r = i if p == 0 else None
+        elif p == 0:
+            r = i
+        else:
+            if r is None or p > lengths[r]:
+                raise ValueError(f"position_ids: the segment at row {s // T}, column {s % T} starts at position "
+                                 f"{p}, a branch, but " + ("no segment starting at 0 precedes it in its row"
+                                                           if r is None else f"its root has only {lengths[r]} tokens"))
+            root[i], shared[i], seg.branched = r, p, True
+    seg.root, seg.shared = root, shared
+    return seg
 
 
 def segment_attention(q, k, v, seg: Segments, B, window):
-    """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]."""
+    """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]. A branch
+    attends to its root's first `shared` keys (those in the window) and causally to itself."""
     if seg.uniform:   # one sequence per row: a single batched call
         T = q.shape[0] // B
         qb, kb, vb = (t.view(B, T, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
         return _causal(qb, kb, vb, window).transpose(1, 2).reshape(q.shape)
     outs, s = [], 0
-    for n in seg.lengths:
-        qs, ks, vs = (t[s:s + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        outs.append(_causal(qs, ks, vs, window)[0].transpose(0, 1))
+    for i, n in enumerate(seg.lengths):
+        if seg.branched and seg.shared[i]:
+            p, r = seg.shared[i], seg.starts[seg.root[i]]
+            lo = 0 if window is None else max(0, p - window + 1)     # root keys the first query can still see
+            qs = q[s:s + n].transpose(0, 1).unsqueeze(0)
+            ks, vs = (torch.cat([t[r + lo:r + p], t[s:s + n]]).transpose(0, 1).unsqueeze(0) for t in (k, v))
+            outs.append(_prefixed(qs, ks, vs, p - lo, window)[0].transpose(0, 1))
+        else:
+            qs, ks, vs = (t[s:s + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            outs.append(_causal(qs, ks, vs, window)[0].transpose(0, 1))
         s += n
     return torch.cat(outs, 0)
+
+
+MASK_ELEMENTS = 1 << 24    # a branch's [queries, keys] mask is built in query blocks of at most this many
+
+
+def _prefixed(q, k, v, p, window):
+    """q [1,h,n,D] are the keys' last n positions (k/v [1,hkv,p+n,D]: p keys before them, then their own):
+    each query sees every key up to itself, within `window` when given. Masks are [block, keys]: the whole
+    [n, p+n] at once when it is small, else query blocks (of `window` for sliding layers)."""
+    n, K = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    blk = window if window is not None else max(1, MASK_ELEMENTS // K)
+    outs = []
+    for s in range(0, n, blk):
+        e = min(s + blk, n)
+        ks = 0 if window is None else max(0, p + s - window + 1)
+        qi = torch.arange(p + s, p + e, device=q.device)[:, None]
+        ki = torch.arange(ks, p + e, device=q.device)[None, :]
+        mask = ki <= qi
+        if window is not None:
+            mask = mask & (ki > qi - window)
+        outs.append(F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, ks:p + e], v[:, :, ks:p + e],
+                                                   attn_mask=mask, enable_gqa=gqa))
+    return torch.cat(outs, 2)
 
 
 def _causal(q, k, v, window):
@@ -374,13 +442,33 @@ class ShortConv(nn.Module):
 
 def packed_conv(bx, weight, bias, seg: Segments):
     """Causal depthwise conv over a packed token stream [N, H] that never crosses a segment boundary.
-    Every segment is preceded by L-1 zeros (the causal padding it would have alone), then one conv1d."""
+    Every segment is preceded by L-1 zeros (the causal padding it would have alone), then one conv1d; a
+    branch's L-1 slots hold its root's inputs at positions p-(L-1)..p-1 instead (zeros below position 0)."""
     N, H = bx.shape
     L = weight.shape[-1]
     dest = torch.arange(N, device=bx.device) + (seg.seg_id + 1) * (L - 1)
     padded = bx.new_zeros(N + len(seg.lengths) * (L - 1), H).index_copy(0, dest, bx)
+    if seg.branched and L > 1:
+        src, dst = _branch_fill(seg, L, bx.device)
+        if len(src):
+            padded = padded.index_copy(0, dst, bx.index_select(0, src))
     out = F.conv1d(padded.t().unsqueeze(0), weight, bias, groups=H)[0].t()   # [N', H]
     return out.index_select(0, dest - (L - 1))
+
+
+def _branch_fill(seg: Segments, L, device):
+    """(root token indices, padding slots) for every branch's conv padding, computed once per forward."""
+    key = (L, device)
+    if key not in seg._fill:
+        src, dst = [], []
+        for i, p in enumerate(seg.shared):
+            if p:
+                r, pad = seg.starts[seg.root[i]], seg.starts[i] + i * (L - 1)    # segment i's first pad slot
+                for j in range(max(0, L - 1 - p), L - 1):
+                    src.append(r + p - (L - 1) + j)
+                    dst.append(pad + j)
+        seg._fill[key] = tuple(torch.tensor(x, dtype=torch.long, device=device) for x in (src, dst))
+    return seg._fill[key]
 
 
 class MLP(nn.Module):
@@ -522,7 +610,9 @@ class CausalLM(nn.Module):
     def forward(self, input_ids, position_ids=None, cache=None, return_hidden=False):
         """input_ids [B, T] -> logits [B, T, V] (or final hidden states [B, T, H] with return_hidden).
         Without a cache, sequences may be packed in a row: a new one starts wherever position_ids do not
-        continue by +1 (e.g. restart at 0). With a cache, row b continues at cache.lengths[b]."""
+        continue by +1 (e.g. restart at 0); one that starts at p > 0 is a branch sharing the first p
+        tokens of the row's last sequence that started at 0 (Segments). With a cache, row b continues at
+        cache.lengths[b]."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)

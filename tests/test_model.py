@@ -117,6 +117,66 @@ def test_packed_backward_matches_separate(tmp_path):
         assert torch.allclose(p.grad, g_packed[n], atol=1e-4), n
 
 
+# A row [root, branches..., other] and a second row [root2, branch]: (shared p, branch length). p = 7, 8, 9
+# straddle the tiny LFM3's sliding window (8); lengths 3 and 5 are shorter than its conv kernel (7); p = 2 is
+# shorter than the kernel's L-1 = 6 inputs, so the branch's conv padding is part root, part zeros.
+BRANCHES = [(20, 9), (9, 3), (8, 12), (7, 4), (2, 5)]
+
+
+def _tree_rows(vocab, g):
+    ids = lambda n: torch.randint(3, vocab, (n,), generator=g)   # noqa: E731
+    root, root2, other = ids(30), ids(40), ids(7)
+    branches = [(p, ids(n)) for p, n in BRANCHES]
+    row0 = torch.cat([root] + [b for _, b in branches] + [other])
+    pos0 = torch.cat([torch.arange(30)] + [torch.arange(p, p + len(b)) for p, b in branches] + [torch.arange(7)])
+    b2 = ids(len(row0) - 40)
+    row1, pos1 = torch.cat([root2, b2]), torch.cat([torch.arange(40), torch.arange(33, 33 + len(b2))])
+    separate = ([root] + [torch.cat([root[:p], b]) for p, b in branches] + [other],
+                [root2, torch.cat([root2[:33], b2])])
+    kept = ([0] + [p for p, _ in branches] + [0], [0, 33])           # the separate runs' leading tokens to skip
+    return torch.stack([row0, row1]), torch.stack([pos0, pos1]), separate, kept
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_branches_equal_separate_runs(tmp_path, model_type):
+    """A branch (a segment starting at p > 0) = root[:p] + branch run alone, in every family, on two rows."""
+    ours = M.load_model(M.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
+    ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(0))
+    seg = M.find_segments(pos)
+    assert seg.branched and seg.shared[:7] == [0, 20, 9, 8, 7, 2, 0] and seg.root[1:6] == [0] * 5
+    assert seg.root[-1] == 7 and seg.shared[-1] == 33      # row 1's branch has row 1's root
+    with torch.no_grad():
+        got = ours(ids.to(DEVICE), pos.to(DEVICE))
+        for b in range(2):
+            want = torch.cat([ours(s[None].to(DEVICE))[0, k:] for s, k in zip(separate[b], skip[b])])
+            assert (got[b] - want).abs().max().item() <= 1e-5, b
+
+
+def test_branch_backward_matches_separate(tmp_path):
+    ours = M.load_model(M.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    ours.requires_grad_(True)
+    ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(1))
+    ours(ids.to(DEVICE), pos.to(DEVICE)).logsumexp(-1).sum().backward()
+    g_tree = {n: p.grad.clone() for n, p in ours.named_parameters()}
+    ours.zero_grad()
+    sum(ours(s[None].to(DEVICE))[0, k:].logsumexp(-1).sum()
+        for b in range(2) for s, k in zip(separate[b], skip[b])).backward()
+    for n, p in ours.named_parameters():
+        assert torch.allclose(p.grad, g_tree[n], atol=1e-4), n
+
+
+def test_segments_without_branches_and_bad_branches():
+    seg = M.find_segments(torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    assert seg.lengths == [3, 2, 1] and seg.starts == [0, 3, 5] and not seg.branched
+    seg = M.find_segments(torch.tensor([[4, 5, 6, 0, 1]]))     # a row may start anywhere: not a branch
+    assert seg.lengths == [3, 2] and not seg.branched
+    assert M.find_segments(torch.arange(6).view(2, 3)).uniform
+    with pytest.raises(ValueError, match="root has only 3 tokens"):
+        M.find_segments(torch.tensor([[0, 1, 2, 4, 5]]))
+    with pytest.raises(ValueError, match="no segment starting at 0"):
+        M.find_segments(torch.tensor([[4, 5, 6, 2, 3]]))
+
+
 def test_gradient_checkpointing_gives_same_gradients(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2")
     ours.train()
