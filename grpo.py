@@ -13,7 +13,9 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
   user text - get loss mask 0); otherwise (the harness re-rendered or compacted the history) it starts
   a new sequence. Every sequence carries the rollout's one advantage.
 - `drop_stale`: rollouts begun more than `max_staleness` adapter versions ago are dropped.
-- `pack`: padding-free micro-batches (one packed row each) under the step's token budget, FIFO.
+- `pack`: padding-free micro-batches (one packed row each) under the step's token budget, FIFO. A
+  sequence that shares a long enough prefix of untrained tokens with an earlier one (a GRPO group's
+  common prompt) is placed as a branch of it: the prefix is computed once (model.Segments), exactly.
 - `token_logprobs`: log p(target) from final hidden states, chunked over tokens, its gradient computed
   in the same pass, so no [tokens x vocab] fp32 tensor ever exists whole and nothing is recomputed.
 - `grpo_loss`: one of two objectives, token-mean over the whole step (divided by the step's trained
@@ -27,7 +29,9 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
   |log pi - log mu| over tokens the trained version itself sampled (trainer/server agreement).
 
 Left out: reward models, per-sequence (instead of per-token) normalisation, value functions, std-free
-advantages (a flag away), and any distributed logic.
+advantages (a flag away), and any distributed logic; prefix sharing deeper than one level (a branch of a
+branch: a rollout's later turns re-rendered into a new sequence share only its root's prefix) and over
+trained tokens (their loss terms differ per sequence).
 """
 from __future__ import annotations
 
@@ -143,7 +147,9 @@ def drop_stale(items, current_version, max_staleness=4):
 
 @dataclass
 class MicroBatch:
-    """One packed row: input tokens, restarting positions, next-token targets, loss weights."""
+    """One packed row: input tokens, positions (see model.Segments), next-token targets, loss weights.
+    A sequence that shares a prefix with an earlier one in the row (its root) holds only its own tokens,
+    at positions p.., where p = `shared` tokens come from the root."""
     input_ids: torch.Tensor      # [1, T]
     position_ids: torch.Tensor   # [1, T]
     targets: torch.Tensor        # [1, T] token to predict at each position
@@ -151,7 +157,8 @@ class MicroBatch:
     old_logp: torch.Tensor       # [1, T] behaviour logprob of the target
     advantages: torch.Tensor     # [1, T] the target's sequence advantage
     versions: torch.Tensor       # [1, T] adapter version that sampled the target (mismatch, staleness stats)
-    sequences: list = field(default_factory=list, repr=False)
+    sequences: list = field(default_factory=list, repr=False)   # the original sequences, in row order
+    shared: list = field(default_factory=list, repr=False)      # per sequence: input tokens taken from its root
 
     @property
     def num_tokens(self):
@@ -162,25 +169,41 @@ class MicroBatch:
 class Packed:
     micro_batches: list
     waiting: list               # sequences that did not fit this step, oldest first (put back in the queue)
-    tokens: int = 0             # tokens packed this step (the budget's numerator)
+    tokens: int = 0             # tokens computed this step (the budget's numerator; shared prefixes once)
     loss_tokens: int = 0        # masked (trained) tokens this step: the loss's denominator
     truncated: int = 0          # sequences cut to the micro-batch length
     truncated_tokens: int = 0
     dropped: int = 0            # sequences with no trained token left after truncation
     fill: float = 0.0           # tokens / budget
+    shared_tokens: int = 0      # tokens not computed because a sequence shared its root's prefix
 
 
-def pack(sequences, token_budget, micro_batches=4) -> Packed:
+# Shortest prefix worth sharing: below it a coincidence (a chat template's first tokens) would split rows
+# into more segments for almost no saving. A GRPO group shares its whole prompt (hundreds to thousands).
+MIN_SHARED = 32
+
+
+def pack(sequences, token_budget, micro_batches=4, min_shared=MIN_SHARED) -> Packed:
     """Pack sequences (FIFO order: oldest first) into at most `micro_batches` padding-free rows whose
     tokens sum to at most `token_budget`; no row is longer than token_budget // micro_batches (one row's
     activations are what must fit in memory).
 
+    - Shared prefixes (tree packing): a sequence whose first p >= `min_shared` input positions equal an
+      earlier placed sequence's (its root) - the same input tokens, the same targets, and every one of
+      those targets untrained (mask 0) in both - joins the root's row as a branch: only its remaining
+      tokens are placed, at positions p.., and the model attends to the root's first p tokens for it
+      (model.Segments). Exact for the loss: the shared positions carry no loss in either sequence, so
+      their advantage / old_logp / version never matter, and the model's outputs are those of the whole
+      sequence. A GRPO group's 8 rollouts share their prompt this way. It costs its own tokens only,
+      against the row length and the budget; when its root's row is full it is placed as a root of its
+      own (a tree longer than a row is split). One level: a branch shares a prefix of its root, not of
+      another branch. `min_shared=None` turns sharing off.
     - FIFO: sequences are taken in order; one that does not fit is skipped for this step and returned
       first in `waiting`, so it leads the next step (later, smaller ones may fill the gap meanwhile).
     - Fill: placement is best fit (the fullest row that still has room), so later, shorter sequences
       fill the gaps; steady-state fill on a realistic length mix is measured by bench/grpo.py.
-    - Balance: the chosen sequences are then laid out longest first into the shortest row (LPT) when
-      that fits, which keeps the slowest micro-batch close to the mean.
+    - Balance: the chosen trees (a root and its branches) are then laid out longest first into the
+      shortest row (LPT) when that fits, which keeps the slowest micro-batch close to the mean.
     - Too long: a sequence longer than a row is truncated to the row length (its tail is not trained),
       and counted; dropping it instead would bias training against long sessions. A sequence left with
       no trained token is dropped and counted.
@@ -203,33 +226,70 @@ def pack(sequences, token_budget, micro_batches=4) -> Packed:
             out.dropped += 1
             continue
         ready.append((n, s))
-    # FIFO placement, best fit: each sequence, oldest first, goes into the fullest row it still fits
-    # (under the row length and the step budget); one that fits nowhere waits for the next step.
-    loads, chosen, placed = [0] * micro_batches, [], [[] for _ in range(micro_batches)]
+    # FIFO placement, best fit: each sequence, oldest first, joins the placed root it shares the longest
+    # prefix with when the root's row has room for its own tokens, else goes into the fullest row it fits
+    # (under the row length and the step budget) as a new root; one that fits nowhere waits.
+    loads, total, placed = [0] * micro_batches, 0, [[] for _ in range(micro_batches)]
+    trees = []                            # [row, cost, [(n, s, shared)]]; the first entry is the root
     for n, s in ready:
+        best = None
+        if min_shared is not None:
+            first = s.mask.index(1, 1)    # its first trained target is tokens[first]: input first-1
+            for t in trees:
+                p = _shared(t[2][0][1], s, first, min_shared)
+                fits = loads[t[0]] + n - p <= cap and total + n - p <= token_budget
+                if p and fits and (best is None or p > best[1]):
+                    best = (t, p)
+        if best is not None:
+            t, p = best
+            t[2].append((n, s, p))
+            t[1] += n - p
+            loads[t[0]] += n - p
+            total += n - p
+            continue
         fits = [r for r in range(micro_batches) if loads[r] + n <= cap]
-        if fits and sum(loads) + n <= token_budget:
+        if fits and total + n <= token_budget:
             r = max(fits, key=lambda r: loads[r])
             loads[r] += n
-            placed[r].append(len(chosen))
-            chosen.append((n, s))
+            total += n
+            placed[r].append(len(trees))
+            trees.append([r, n, [(n, s, 0)]])
         else:
             out.waiting.append(s)
-    rows = _balance([n for n, _ in chosen], micro_batches, cap) or placed
+    rows = _balance([t[1] for t in trees], micro_batches, cap) or placed
     if out.waiting:                       # keep the queue's order among waiting sequences
         pos = {id(s): k for k, (_, s) in enumerate(ready)}
         out.waiting.sort(key=lambda s: pos.get(id(s), -1))
     for idx in rows:
         if idx:
-            out.micro_batches.append(_row([chosen[i][1] for i in sorted(idx)]))
+            out.micro_batches.append(_row([trees[i][2] for i in sorted(idx)]))
     out.tokens = sum(mb.num_tokens for mb in out.micro_batches)
+    out.shared_tokens = sum(sum(mb.shared) for mb in out.micro_batches)
     out.loss_tokens = int(sum(mb.mask.sum().item() for mb in out.micro_batches))
     out.fill = out.tokens / token_budget
     return out
 
 
+def _shared(root, s, first, min_shared):
+    """Input positions `s` may take from `root`: the longest p with the same tokens[:p + 1] (so the same
+    inputs and targets) and no trained target among them in either; 0 when below `min_shared`."""
+    limit = min(first, root.mask.index(1, 1)) - 1          # targets 1..limit are untrained in both
+    if limit < min_shared or root.tokens[:min_shared + 1] != s.tokens[:min_shared + 1]:
+        return 0
+    lo, hi = min_shared + 1, limit + 1                     # tokens[:lo] agree; find the longest agreeing prefix
+    if root.tokens[:hi] == s.tokens[:hi]:
+        return limit
+    while hi - lo > 1:                                     # invariant: [:lo] agree, [:hi] differ
+        mid = (lo + hi) // 2
+        if root.tokens[lo:mid] == s.tokens[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo - 1
+
+
 def _balance(lengths, k, cap):
-    """Rows for the chosen sequences: LPT (longest first into the shortest row) when that fits them all
+    """Rows for the chosen trees: LPT (longest first into the shortest row) when that fits them all
     under `cap` - it keeps the slowest micro-batch short - else None (keep the placement as it is)."""
     rows, loads = [[] for _ in range(k)], [0] * k
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
@@ -241,20 +301,25 @@ def _balance(lengths, k, cap):
     return rows
 
 
-def _row(seqs) -> MicroBatch:
-    ids, pos, tgt, mask, old, adv, ver = [], [], [], [], [], [], []
-    for s in seqs:
-        n = len(s) - 1
-        ids += s.tokens[:-1]
-        pos += range(n)
-        tgt += s.tokens[1:]
-        mask += s.mask[1:]
-        old += s.old_logp[1:]
-        adv += [s.advantage] * n
-        ver += s.versions[1:] if len(s.versions) == len(s) else [s.version] * n
+def _row(trees) -> MicroBatch:
+    """One row from trees [(n, sequence, shared)], each root first: a root at positions 0..n-1, then its
+    branches longest shared first (so no branch's first position continues the previous segment's)."""
+    ids, pos, tgt, mask, old, adv, ver, seqs, shared = [], [], [], [], [], [], [], [], []
+    for tree in trees:
+        root, branches = tree[0], sorted(tree[1:], key=lambda b: -b[2])
+        for n, s, p in [root, *branches]:
+            ids += s.tokens[p:-1]
+            pos += range(p, n)
+            tgt += s.tokens[p + 1:]
+            mask += s.mask[p + 1:]
+            old += s.old_logp[p + 1:]
+            adv += [s.advantage] * (n - p)
+            ver += s.versions[p + 1:] if len(s.versions) == len(s) else [s.version] * (n - p)
+            seqs.append(s)
+            shared.append(p)
     t = lambda x, dt: torch.tensor([x], dtype=dt)  # noqa: E731
     return MicroBatch(t(ids, torch.long), t(pos, torch.long), t(tgt, torch.long), t(mask, torch.float32),
-                      t(old, torch.float32), t(adv, torch.float32), t(ver, torch.long), seqs)
+                      t(old, torch.float32), t(adv, torch.float32), t(ver, torch.long), seqs, shared)
 
 
 # ----------------------------------------------------------------------------- log-probabilities, loss

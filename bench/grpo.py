@@ -6,10 +6,15 @@
   (b) packing fill of the step's token budget on a realistic length mix (lognormal session lengths,
       median 6k tokens), over many steps of a FIFO queue fed with groups of 8;
   (c) peak memory (and time) of the chunked log-prob vs the naive full-logits one on a 128k vocabulary,
-      each measured in its own child process.
+      each measured in its own child process;
+  (d) shared-prefix (tree) packing: tokens computed per step and forward+backward seconds (LoRA, the
+      GRPO loss) with sharing on vs off, on the tiny lfm3 and llama checkpoints (and --model ones), for
+      a GRPO step of 2 groups x 8 rollouts with a 600-token prompt per group and 48-token completions,
+      and a multi-turn one (3 completions of 48 with 150-token tool outputs between them).
 
-    python bench/grpo.py                 # all three, CPU
+    python bench/grpo.py                 # all four, CPU
     python bench/grpo.py --only c --tokens 8192 --hidden 2048 --device cuda
+    python bench/grpo.py --only d --model SmolLM2-135M-Instruct
 """
 import argparse
 import multiprocessing as mp
@@ -153,9 +158,77 @@ def bench_logp(args):
               f"{secs:6.2f} s  memory {mem / res['naive'][0]:.2f}x of naive")
 
 
+def tree_step(rng, turns, groups=2, k=8, prompt=600, completion=48, tool=150, vocab=500):
+    """One step's sequences: `groups` tasks x k rollouts, each group one prompt, `turns` completions apart."""
+    toks = lambda n: [rng.randrange(3, vocab) for _ in range(n)]   # noqa: E731
+    seqs = []
+    for g in range(groups):
+        p = toks(prompt)
+        for i in range(k):
+            tokens, mask = list(p), [0] * prompt
+            for t in range(turns):
+                if t:
+                    tokens += toks(tool)
+                    mask += [0] * tool
+                tokens += toks(completion)
+                mask += [1] * completion
+            old = [-1.0 * m for m in mask]
+            seqs.append(G.Sequence(tokens, mask, old, rng.uniform(-1, 1), rollout=f"{g}-{i}"))
+    return seqs
+
+
+def bench_tree(args):
+    import lora as L
+    from model import load_model, write_tiny_checkpoint
+
+    print(f"(d) shared-prefix packing, budget {args.tree_budget} (more when the unshared step needs it), "
+          f"{args.micro_batches} micro-batches, "
+          f"forward+backward (LoRA r16, GRPO loss) on {args.device}, best of {args.repeats}")
+    print(f"    {'model':<24}{'step':<22}{'tokens off':>11}{'on':>7}{'fewer':>7}{'s off':>8}{'s on':>7}{'faster':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        models = [(f, write_tiny_checkpoint(Path(tmp) / f, f)) for f in ("lfm3", "llama")]
+        models += [(m, m) for m in args.model or []]
+        for name, path in models:
+            model = load_model(path, dtype=torch.float32, device=args.device)
+            L.add_lora(model, rank=16, alpha=32, adapters=("p",), seed=0)
+            L.set_adapter(model, "p")
+            for p in L.lora_parameters(model, "p"):
+                p.requires_grad_(True)
+            model.train()
+            vocab = min(model.config.vocab_size, 30000)
+            for label, turns in (("2x8, 600 + 48", 1), ("2x8, 3 turns", 3)):
+                seqs = tree_step(random.Random(0), turns, vocab=vocab)
+                need = sum(len(s) - 1 for s in seqs)        # the budget fits the whole step even unshared
+                q = 1024 * args.micro_batches
+                budget = max(args.tree_budget, -(-int(need * 1.15) // q) * q)
+                res = {}
+                for share in (None, G.MIN_SHARED):
+                    p = G.pack(seqs, budget, args.micro_batches, min_shared=share)
+                    assert not p.waiting, "the step does not fit"
+                    best = float("inf")
+                    for _ in range(args.repeats):
+                        model.zero_grad(set_to_none=True)
+                        t0 = time.perf_counter()
+                        for mb in p.micro_batches:
+                            dev = lambda x: x.to(args.device)   # noqa: E731
+                            h = model(dev(mb.input_ids), dev(mb.position_ids), return_hidden=True)
+                            logp = G.token_logprobs(h, model.lm_head.weight, dev(mb.targets))
+                            loss, _ = G.grpo_loss(logp, dev(mb.old_logp), dev(mb.advantages), dev(mb.mask),
+                                                  num_tokens=p.loss_tokens)
+                            loss.backward()
+                        if args.device.startswith("cuda"):
+                            torch.cuda.synchronize()
+                        best = min(best, time.perf_counter() - t0)
+                    res[share] = (p.tokens, best)
+                (t_off, s_off), (t_on, s_on) = res[None], res[G.MIN_SHARED]
+                print(f"    {Path(str(name)).name[:23]:<24}{label:<22}{t_off:>11}{t_on:>7}{t_off / t_on:>6.1f}x"
+                      f"{s_off:>8.2f}{s_on:>7.2f}{s_off / s_on:>7.1f}x")
+            del model
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=["a", "b", "c"])
+    ap.add_argument("--only", choices=["a", "b", "c", "d"])
     ap.add_argument("--budget", type=int, default=65536)
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--median", type=int, default=6000)
@@ -165,8 +238,11 @@ def main():
     ap.add_argument("--vocab", type=int, default=128000)
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tree-budget", type=int, default=16384, help="(d) the step's token budget (CPU recipe)")
+    ap.add_argument("--repeats", type=int, default=2, help="(d) timed repeats per case (best is shown)")
+    ap.add_argument("--model", action="append", help="(d) also time this checkpoint (name or path; repeatable)")
     args = ap.parse_args()
-    for key, fn in (("a", bench_merge), ("b", bench_pack), ("c", bench_logp)):
+    for key, fn in (("a", bench_merge), ("b", bench_pack), ("c", bench_logp), ("d", bench_tree)):
         if args.only in (None, key):
             fn(args)
 

@@ -151,6 +151,131 @@ def test_pack_balances_rows():
     assert loads[-1] - loads[0] <= 100 and sum(loads) == sum(lengths)
 
 
+# ----------------------------------------------------------------------------- shared prefixes (tree packing)
+
+def rollout(prompt, *parts, adv=1.0, name="", version=0):
+    """A sequence: prompt (untrained), then alternating completion (trained) / tool output (untrained)."""
+    tokens, mask = list(prompt), [0] * len(prompt)
+    for k, part in enumerate(parts):
+        tokens += part
+        mask += [1 - k % 2] * len(part)
+    old = [-0.1 - 0.01 * (i % 7) if m else 0.0 for i, m in enumerate(mask)]
+    return G.Sequence(tokens, mask, old, adv, version, rollout=name, versions=[version] * len(tokens))
+
+
+def toks(rng, n, lo=3, hi=600):
+    return [rng.randrange(lo, hi) for _ in range(n)]
+
+
+def group(rng, prompt_len=600, completion=40, k=8, multi_turn=True):
+    """A GRPO group: k rollouts of one identical prompt with different completions, one of them multi-turn."""
+    prompt = toks(rng, prompt_len)
+    seqs = [rollout(prompt, toks(rng, completion), adv=rng.uniform(-1, 1), name=f"r{i}") for i in range(k)]
+    if multi_turn:
+        seqs.append(rollout(prompt, toks(rng, completion), toks(rng, 100), toks(rng, completion), adv=0.5, name="mt"))
+    return seqs
+
+
+def test_shared_prompt_is_computed_once_and_every_sequence_is_placed():
+    import random
+    seqs = group(random.Random(0))
+    off = G.pack(seqs, 16384, micro_batches=4, min_shared=None)
+    on = G.pack(seqs, 16384, micro_batches=4)
+    assert not on.waiting and not off.waiting and on.dropped == off.dropped == 0
+    placed = [s.rollout for mb in on.micro_batches for s in mb.sequences]
+    assert sorted(placed) == sorted(s.rollout for s in seqs)
+    assert on.loss_tokens == off.loss_tokens == 9 * 40 + 40
+    assert on.tokens + on.shared_tokens == off.tokens and off.shared_tokens == 0
+    assert on.shared_tokens == 8 * 599 and on.tokens < off.tokens / 4     # 8 branches share 599 input positions
+    # sharing lets more of the queue into a step: 2 groups in a budget that holds ~1 without it
+    rng = random.Random(1)
+    two = group(rng, multi_turn=False) + group(rng, multi_turn=False)
+    off, on = G.pack(two, 4000, 2, min_shared=None), G.pack(two, 4000, 2)
+    assert len(off.waiting) == 10 and not on.waiting      # off: 3 of 639 tokens per row of 2000 and on.tokens <= 4000
+    assert all(mb.num_tokens <= 2000 for mb in on.micro_batches)
+
+
+def test_a_tree_longer_than_a_row_is_split():
+    import random
+    import model as M
+    seqs = group(random.Random(2), prompt_len=300, completion=40, k=20, multi_turn=False)
+    p = G.pack(seqs, 2400, micro_batches=4)          # rows of 600: a root (339) + 6 branches (41 each) per row
+    assert not p.waiting and sum(len(mb.sequences) for mb in p.micro_batches) == 20
+    for mb in p.micro_batches:
+        assert mb.num_tokens <= 600 and mb.shared.count(0) >= 1
+        seg = M.find_segments(mb.position_ids)       # the row decodes to the trees pack meant
+        assert [x for x in seg.shared] == mb.shared
+
+
+def test_no_sharing_over_a_trained_token_or_a_different_target():
+    import random
+    rng = random.Random(3)
+    prompt, c = toks(rng, 100), toks(rng, 10)
+    # b's prompt is a's whole first turn re-rendered: same tokens, but a's tokens 50.. are trained in a
+    a = rollout(prompt[:50], prompt[50:], toks(rng, 5), toks(rng, 5))
+    b = rollout(prompt + toks(rng, 5), c)
+    (mb,) = G.pack([a, b], 4096, micro_batches=1).micro_batches
+    assert mb.shared == [0, 49]                       # inputs 0..48 (targets 1..49) only: 50 is trained in a
+    a2 = rollout(prompt[:20], prompt[20:], c)         # trained from token 20: below MIN_SHARED, not merged
+    assert G.pack([a2, b], 4096, micro_batches=1).micro_batches[0].shared == [0, 0]
+    # same first 40 tokens, then a different (untrained) token: 39 inputs shared, input 39's target differs
+    x, y = rollout(prompt[:40] + [7] * 10, c), rollout(prompt[:40] + [8] * 10, c)
+    (mb,) = G.pack([x, y], 4096, micro_batches=1).micro_batches
+    assert mb.shared == [0, 39]
+    n = len(x) - 1
+    assert mb.position_ids[0, n].item() == 39 and mb.input_ids[0, n].item() == prompt[39]
+    assert mb.targets[0, n].item() == 8 and mb.mask[0, n:].tolist() == y.mask[40:]
+    assert G.pack([x, y], 4096, micro_batches=1, min_shared=None).micro_batches[0].shared == [0, 0]
+
+
+def _loss_and_grads(model, params, packed):
+    for p in params:
+        p.grad = None
+    total = 0.0
+    for mb in packed.micro_batches:
+        h = model(mb.input_ids, mb.position_ids, return_hidden=True)
+        logp = G.token_logprobs(h, model.lm_head.weight, mb.targets, temperature=0.7)
+        loss, _ = G.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
+        loss.backward()
+        total += loss.item()
+    return total, [p.grad.clone() for p in params]
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "llama", "qwen3"])
+def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_type):
+    import random
+    import lora as L
+    import model as M
+    model = M.load_model(M.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
+    L.add_lora(model, rank=4, alpha=8, adapters=("p",), seed=0)
+    L.set_adapter(model, "p")
+    params = L.lora_parameters(model, "p")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in params:                                # B = 0 would leave A without gradient
+            p.normal_(0, 0.05)
+            p.requires_grad_(True)
+    rng, V = random.Random(4), model.config.vocab_size
+    prompt = toks(rng, 45, hi=V)
+    seqs = [rollout(prompt, toks(rng, n, hi=V), adv=rng.uniform(-1, 1), name=str(i)) for i, n in enumerate([9, 2, 14])]
+    seqs.append(rollout(prompt, toks(rng, 6, hi=V), toks(rng, 7, hi=V), toks(rng, 5, hi=V), adv=-0.7, name="mt"))
+    seqs.append(rollout(toks(rng, 20, hi=V), toks(rng, 8, hi=V), adv=0.3, name="other"))     # its own tree
+    seqs.append(rollout(prompt[:40] + toks(rng, 6, hi=V), toks(rng, 4, hi=V), adv=0.9, name="short"))  # 39 shared
+    with torch.no_grad():                               # behaviour logprobs near the policy's: weights ~ 1
+        for s in seqs:
+            h = model(torch.tensor([s.tokens[:-1]]), return_hidden=True)
+            lp = G.token_logprobs(h, model.lm_head.weight, torch.tensor([s.tokens[1:]]), temperature=0.7)[0]
+            s.old_logp = [0.0] + [(x + 0.2 * rng.uniform(-1, 1)) * m for x, m in zip(lp.tolist(), s.mask[1:])]
+    model.train()
+    on, off = G.pack(seqs, 2048, micro_batches=2), G.pack(seqs, 2048, micro_batches=2, min_shared=None)
+    assert on.shared_tokens == 3 * 44 + 39 and on.loss_tokens == off.loss_tokens and not on.waiting
+    loss_on, g_on = _loss_and_grads(model, params, on)
+    loss_off, g_off = _loss_and_grads(model, params, off)
+    assert loss_on == pytest.approx(loss_off, abs=1e-5)
+    assert max((a - b).abs().max().item() for a, b in zip(g_on, g_off)) <= 1e-5
+    assert max(g.abs().max().item() for g in g_off) > 1e-3      # the gradients are not trivially zero
+
+
 # ----------------------------------------------------------------------------- log-probs, loss
 
 @pytest.mark.parametrize("weight_trains", [False, True])
