@@ -102,10 +102,11 @@ class Engine:
     """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
 
     def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_tokens=65536):
+                 prompt_cache_tokens=32768):
         self.model, self.fmt, self.threads = model, fmt, threads
-        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first. Safe to
-        # share: Cache.extend copies rows into the decode batch, so a stored cache is never written to.
+        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
+        # prompt_cache_tokens prompt tokens (their KV: ~1.5 GB for SmolLM2-135M in fp32). Safe to share:
+        # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
         self.prompt_hits = 0
         self.max_batch, self.max_queue = max_batch, max_queue
@@ -183,7 +184,7 @@ class Engine:
                 L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
                 cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
                 ids = torch.tensor([req.prompt_ids], device=self.model.device)
-                logits = self.model(ids, cache=cache)[0, -1]
+                logits = self.model(ids, cache=cache)[0, -1].clone()   # not a view: [T, V] would stay alive
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return

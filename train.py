@@ -341,6 +341,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
                  r.failure or "other" for r in rollouts if r.reward is None)),
              "no_signal": no_signal,
              "dropped_stale": len({s.rollout for s in stale}), "tokens": packed.tokens, "fill": packed.fill,
+             "shared_tokens": packed.shared_tokens,      # prompt tokens computed once for a whole group
              "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
              **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
              "sync_time": tr.sync_time, "in_flight": pool.running, "served": tr.served, "time": t2}
@@ -437,9 +438,10 @@ def progress(m):
     mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
+    shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
     return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
             f"| tools {f(m['tool_calls'], '{:.1f}')} blocks {m['guard_blocks']} stale {m['dropped_stale']} "
-            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']} fill {m['fill']:.0%} "
+            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
             f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
             f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "

@@ -202,6 +202,8 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
                                       for i in range(8)))
     rs = [r for _, r in run(group())]
     assert env["engine"].prompt_hits - hits == 7
+    # what is kept per prompt: its cache and the last position's logits - not a view of all [T, V] logits
+    assert all(lg.dim() == 1 and lg._base is None for _, lg in env["engine"].prompts.values())
     outs = [r["choices"][0]["token_ids"] for r in rs]
     assert len({tuple(o) for o in outs}) > 1                          # each request samples on its own
     L.set_adapter(env["ref"], None)
