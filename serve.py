@@ -120,7 +120,7 @@ class Engine:
         # prompt_cache_tokens prompt tokens (their KV: ~1.5 GB for SmolLM2-135M in fp32). Safe to share:
         # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
-        self.prompt_hits = 0
+        self.prompt_hits, self.prompt_tokens = 0, 0
         return_freed_memory()
         self.max_batch, self.max_queue = max_batch, max_queue
         self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
@@ -210,13 +210,15 @@ class Engine:
         if len(key[1]) > self.prompt_cache_tokens:
             return
         self.prompts[key] = (cache, logits)
-        while sum(len(k[1]) for k in self.prompts) > self.prompt_cache_tokens:
-            self.prompts.popitem(last=False)
+        self.prompt_tokens += len(key[1])       # a running total: many short prompts must not cost O(n^2)
+        while self.prompt_tokens > self.prompt_cache_tokens:
+            self.prompt_tokens -= len(self.prompts.popitem(last=False)[0][1])
 
     def forget(self, adapter):
         """Drop the stored prompts of an adapter whose weights change or go (engine thread only)."""
         for key in [k for k in self.prompts if k[0] == adapter]:
             del self.prompts[key]
+            self.prompt_tokens -= len(key[1])
 
     def _step(self):
         rows = [r.adapter for r in self.active]

@@ -1,5 +1,6 @@
 """serve.py: the embedded server speaks vLLM's protocol; batching, adapters, errors; the vLLM launcher."""
 import asyncio
+import collections
 import json
 import os
 import stat
@@ -204,6 +205,8 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
     assert env["engine"].prompt_hits - hits == 7
     # what is kept per prompt: its cache and the last position's logits - not a view of all [T, V] logits
     assert all(lg.dim() == 1 and lg._base is None for _, lg in env["engine"].prompts.values())
+    assert env["engine"].prompt_tokens == sum(len(k[1]) for k in env["engine"].prompts)
+
     outs = [r["choices"][0]["token_ids"] for r in rs]
     assert len({tuple(o) for o in outs}) > 1                          # each request samples on its own
     L.set_adapter(env["ref"], None)
@@ -214,6 +217,17 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
         want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
         got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
         assert (got - want).abs().max() <= 1e-4
+
+
+def test_stored_prompts_stay_under_their_token_bound():
+    e = S.Engine.__new__(S.Engine)          # only the bookkeeping: no model, no thread
+    e.prompts, e.prompt_cache_tokens, e.prompt_tokens = collections.OrderedDict(), 10, 0
+    for i in range(50):
+        e._remember(("a", tuple(range(i, i + 3))), None, None)
+    assert e.prompt_tokens == 9 == sum(len(k[1]) for k in e.prompts) and len(e.prompts) == 3
+    e._remember(("a", tuple(range(11))), None, None)          # longer than the bound: not kept
+    e.forget("a")
+    assert e.prompt_tokens == 0 and not e.prompts
 
 
 def test_new_weights_under_an_old_name_are_not_answered_from_stored_prompts(env):
