@@ -117,7 +117,7 @@ class Engine:
                  prompt_cache_tokens=32768):
         self.model, self.fmt, self.threads = model, fmt, threads
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
-        # prompt_cache_tokens prompt tokens (their KV: ~1.5 GB for SmolLM2-135M in fp32). Safe to share:
+        # prompt_cache_tokens token slots of KV (capacity, not just the prompt; ~1.5 GB for SmolLM2-135M fp32). Safe to share:
         # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
         self.prompt_hits, self.prompt_tokens = 0, 0
@@ -206,19 +206,25 @@ class Engine:
             self.cache.extend(cache)
             self.active.append(req)
 
+    @staticmethod
+    def _slots(key, cache):
+        """What a stored prompt holds: its cache's capacity (the prompt + decode headroom) in token slots."""
+        return max(len(key[1]), getattr(cache, "cap", 0))
+
     def _remember(self, key, cache, logits):
-        if len(key[1]) > self.prompt_cache_tokens:
+        slots = self._slots(key, cache)
+        if slots > self.prompt_cache_tokens:
             return
         self.prompts[key] = (cache, logits)
-        self.prompt_tokens += len(key[1])       # a running total: many short prompts must not cost O(n^2)
+        self.prompt_tokens += slots              # a running total: many short prompts must not cost O(n^2)
         while self.prompt_tokens > self.prompt_cache_tokens:
-            self.prompt_tokens -= len(self.prompts.popitem(last=False)[0][1])
+            old, (old_cache, _) = self.prompts.popitem(last=False)
+            self.prompt_tokens -= self._slots(old, old_cache)
 
     def forget(self, adapter):
         """Drop the stored prompts of an adapter whose weights change or go (engine thread only)."""
         for key in [k for k in self.prompts if k[0] == adapter]:
-            del self.prompts[key]
-            self.prompt_tokens -= len(key[1])
+            self.prompt_tokens -= self._slots(key, self.prompts.pop(key)[0])
 
     def _step(self):
         rows = [r.adapter for r in self.active]

@@ -205,7 +205,8 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
     assert env["engine"].prompt_hits - hits == 7
     # what is kept per prompt: its cache and the last position's logits - not a view of all [T, V] logits
     assert all(lg.dim() == 1 and lg._base is None for _, lg in env["engine"].prompts.values())
-    assert env["engine"].prompt_tokens == sum(len(k[1]) for k in env["engine"].prompts)
+    e = env["engine"]
+    assert e.prompt_tokens == sum(c.cap for c, _ in e.prompts.values()) <= e.prompt_cache_tokens
 
     outs = [r["choices"][0]["token_ids"] for r in rs]
     assert len({tuple(o) for o in outs}) > 1                          # each request samples on its own
@@ -228,6 +229,10 @@ def test_stored_prompts_stay_under_their_token_bound():
     e._remember(("a", tuple(range(11))), None, None)          # longer than the bound: not kept
     e.forget("a")
     assert e.prompt_tokens == 0 and not e.prompts
+    big = type("C", (), {"cap": 8})()                          # a 2-token prompt whose cache holds 8 slots
+    e._remember(("a", (1, 2)), big, None)
+    e._remember(("a", (3, 4)), big, None)                      # 16 slots > 10: the first one goes
+    assert list(e.prompts) == [("a", (3, 4))] and e.prompt_tokens == 8
 
 
 def test_new_weights_under_an_old_name_are_not_answered_from_stored_prompts(env):
