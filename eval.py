@@ -150,7 +150,10 @@ async def evaluate(args):
         handle = S.start_local(path, name=args.model, max_model_len=args.context)
     else:
         handle = S.start_server(args.server, path, run_dir=out, trainers=1)
-    client = S.Client(handle.url)
+    client = S.Client(handle.url, handle.api_key)
+    sandbox, warning = R.resolve_sandbox(args.sandbox)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     results, sem = [], asyncio.Semaphore(args.sessions)
     try:
         for n, a in names.items():
@@ -167,7 +170,7 @@ async def evaluate(args):
             async with sem:
                 r = R.Rollout(task, harness.name, group=m, index=i)
                 await R.run_rollout(r, harness, proxies[m], out / "sandboxes", max_tokens=args.max_tokens,
-                                    context=args.context)
+                                    context=args.context, sandbox=sandbox)
                 reward = G.shaped_reward(r.score, r.tool_calls, r.flagged, SHARED["bonus"], SHARED["bonus_scale"])
                 results.append({"model": m, "task": task.name, "source": task.source, "type": task.type,
                                 "sample": i, "score": r.score, "reward": reward, "tool_calls": r.tool_calls,
@@ -213,6 +216,7 @@ def main(argv=None):
     ap.add_argument("--sessions", type=int, default=48)
     ap.add_argument("--server", default="local")
     ap.add_argument("--guard", default="on", choices=["on", "off"])
+    ap.add_argument("--sandbox", default="auto", choices=R.SANDBOXES, help="as in train.py")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--context", type=int, default=131072)

@@ -151,6 +151,10 @@ class Harness:
     def bin(self) -> str:
         return str(self.binary(self.root or self.install_dir()))
 
+    def sandbox_paths(self) -> list:
+        """What a bwrap sandbox must show (read-only) for this harness to run: its install."""
+        return [self.root or self.install_dir()]
+
     def env(self, home: Path, tmp: Path, **extra) -> dict:
         return {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": str(home),
                 "TMPDIR": str(tmp), **{k: str(v) for k, v in extra.items()}}
@@ -320,6 +324,9 @@ class Mini(Harness):
 
     def binary(self, root):
         return Path(__file__).resolve()
+
+    def sandbox_paths(self):
+        return [Path(__file__).resolve()]      # this file only: not the project beside it (data/, runs/)
 
     def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
         for d in (home, work, tmp):

@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -243,13 +244,95 @@ class Proxy:
 
 # ----------------------------------------------------------------------------- one rollout
 
-def _bwrap(argv, work, home, tmp):
-    """Read-only root, writable sandbox dirs, own PID namespace, dies with us. Network stays shared:
-    the harness must reach the proxy on loopback, and the guard's hosts rule is the network policy."""
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+# What a bwrap sandbox shows of the machine, read-only: the system (top-level links such as /bin -> usr/bin are
+# recreated as links). Not /home, /root, /tmp, /var, /run (sockets), /mnt, /srv, /work...: the user's files,
+# the project, runs, task suites and every other sandbox stay unmounted.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
+SANDBOXES = ("auto", "bwrap", "dir")
+DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
+               "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
+               "solutions and tests, other rollouts' files and secrets, write other verifiers' reward files, and "
+               "leave processes behind. Only the guard stands in the way (see README, Sandboxes).")
+
+
+def bwrap_args(work, home, tmp, tools=(), hide=()):
+    """The bwrap command prefix for one rollout. Writable: its own work, home and tmp dirs. Read-only: the system
+    (SYSTEM_DIRS) and `tools` (the harness install, the Python and node it runs on). A fresh /tmp, /dev and
+    /proc; its own PID, IPC and UTS namespaces and session; it dies with us, and when the harness exits the
+    PID namespace ends, killing everything the harness started (daemons included). `hide`: paths that must not
+    show even if they lie under a system dir (the project, the task suite, the sandbox root): an empty tmpfs
+    is mounted over them. The network stays shared: the harness must reach the proxy on loopback (the
+    inference server there needs a key only the proxy holds; other hosts are the guard's hosts rule)."""
+    args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    shown, masked = [], []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+            shown.append(d)
+    for h in sorted({os.path.realpath(h) for h in hide}):
+        if os.path.isdir(h) and _under(h, shown):
+            args += ["--tmpfs", h]
+            masked.append(h)
+    for t in sorted({os.path.realpath(t) for t in tools}):     # sorted: a parent comes before its children
+        if os.path.exists(t) and not (_under(t, shown) and not _under(t, masked)):   # else: visible already
+            args += ["--ro-bind", t, t]
+            shown.append(t)
     for d in (work, home, tmp):
         args += ["--bind", str(d), str(d)]
-    return args + ["--chdir", str(work), "--"] + list(argv)
+    return args + ["--chdir", str(work), "--"]
+
+
+def _under(path, dirs):
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def tool_paths(harness):
+    """What a harness needs to run, read-only: its install, this Python (mini and the agents' `python3`), node."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    node = shutil.which("node")
+    if node:
+        paths.add(os.path.dirname(os.path.dirname(os.path.realpath(node))))     # <prefix>/bin/node -> <prefix>
+    return sorted(paths | {str(p) for p in harness.sandbox_paths()})
+
+
+_BWRAP_CHECK = {}
+
+
+def bwrap_works():
+    """(ok, why not): whether bubblewrap can build a sandbox on this machine (checked once per process)."""
+    if "ok" not in _BWRAP_CHECK:
+        import subprocess
+        import tempfile
+        if shutil.which("bwrap") is None:
+            _BWRAP_CHECK["ok"] = (False, "bwrap is not installed: apt-get install bubblewrap")
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                try:
+                    p = subprocess.run(bwrap_args(d, d, d) + ["/bin/sh", "-c", "test -d /proc/self"],
+                                       capture_output=True, text=True, timeout=30)
+                    ok = (p.returncode == 0, (p.stderr.strip() or f"exit code {p.returncode}")[:200])
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    ok = (False, str(e))
+            _BWRAP_CHECK["ok"] = ok
+    return _BWRAP_CHECK["ok"]
+
+
+def resolve_sandbox(mode):
+    """--sandbox auto|bwrap|dir -> (mode to use, warning or ""). auto: bwrap where it works, else dir with a
+    warning; bwrap where it does not work: an error."""
+    if mode not in SANDBOXES:
+        raise ValueError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
+    if mode == "dir":
+        return "dir", ""
+    ok, why = bwrap_works()
+    if ok:
+        return "bwrap", ""
+    if mode == "bwrap":
+        raise RuntimeError(f"--sandbox bwrap: bubblewrap cannot run here: {why}")
+    return "dir", DIR_WARNING.format(why=why)
 
 
 def _die_with_parent():
@@ -269,13 +352,15 @@ def _kill(proc):
 
 
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
-                      keep=False, sandbox="dir"):
+                      keep=False, sandbox="auto"):
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
     they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
     does that, once, with the run's numbers)."""
     box = Path(root) / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
     proc = None
+    if sandbox == "auto":
+        sandbox = resolve_sandbox("auto")[0]
     r.started = time.time()
     proxy.register(r, work)
     try:
@@ -285,10 +370,17 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, "policy", max_tokens=max_tokens,
                         context=context)
         launch = harness.launch(r.task.instruction, home, work, tmp, r.id)
-        argv = _bwrap(launch.argv, work, home, tmp) if sandbox == "bwrap" else launch.argv
+        argv, env = launch.argv, dict(launch.env)
+        # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
+        if sandbox == "bwrap":
+            hide = [Path(__file__).resolve().parent, Path(r.task.path).resolve().parent, Path(root).resolve()]
+            argv = bwrap_args(work, home, tmp, tool_paths(harness), hide) + list(argv)
+        elif sandbox != "dir":
+            raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
         with open(box / "harness.log", "wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=work, env=launch.env, stdout=log, stderr=log, start_new_session=True,
+                *argv, cwd=work, env=env, stdout=log, stderr=log, start_new_session=True,
                 preexec_fn=_die_with_parent,
                 stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
             r.pid = proc.pid
@@ -414,7 +506,7 @@ class RolloutPool:
     groups arrive on `self.groups` (an asyncio.Queue), complete, in order of completion."""
 
     def __init__(self, harness, proxy: Proxy, next_task, version, root, max_sessions=48, group_size=8,
-                 rollouts_dir=None, keep=False, sandbox="dir", max_tokens=4096, context=131072, timeout=None,
+                 rollouts_dir=None, keep=False, sandbox="auto", max_tokens=4096, context=131072, timeout=None,
                  reward=None):
         self.harness, self.proxy, self.next_task, self.version = harness, proxy, next_task, version
         self.reward = reward

@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import hmac
 import json
 import os
 import queue
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -266,6 +268,11 @@ class Engine:
 
 # ----------------------------------------------------------------------------- HTTP
 
+def _key_ok(request, key):
+    got = request.headers.get("Authorization", "")
+    return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
+
+
 def _check_fields(body, allowed, what):
     if not isinstance(body, dict):
         raise RequestError(f"{what}: the body must be a JSON object")
@@ -296,7 +303,8 @@ class Server:
     trainer's thread trains the live adapters while this server's thread serves saved versions)."""
 
     def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None,
-                 threads=None):
+                 threads=None, api_key=None):
+        self.api_key = api_key          # None: open (vLLM's default too); else every route but /health needs it
         self.path = M.resolve_model(model_path)
         self.name = name or str(model_path)
         self.model = model if model is not None else M.load_model(self.path, dtype=dtype, device=device)
@@ -313,7 +321,17 @@ class Server:
             except RequestError as e:
                 return error_response(e)
 
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
+        @web.middleware
+        async def auth(request, handler):
+            # The rollouts' sandboxes share the trainer's loopback: without the key (held by the proxy only)
+            # an agent could sample unguarded or unload the policy. Checked before routing, on every path
+            # however it is spelled (aiohttp routes on the percent-decoded path).
+            if self.api_key and request.path != "/health" and not _key_ok(request, self.api_key):
+                return web.json_response({"error": {"message": "missing or wrong API key", "type": "AuthenticationError",
+                                                    "code": 401}}, status=401)
+            return await handler(request)
+
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[auth, errors])
         async def health(request):
             return web.Response(text="")
         app.router.add_get("/health", health)
@@ -569,11 +587,18 @@ class Handle:
     stop: object        # callable
     process: object = None
     server: object = None
+    api_key: str | None = None      # what a client must send (Bearer); None: the server is open
 
 
-def start_local(model_path, port=0, host="127.0.0.1", **kw) -> Handle:
-    """The embedded server in a background thread of this process (its own event loop)."""
-    srv = Server(model_path, **kw)
+def new_key():
+    """A fresh random API key: each run's server gets its own, held by its proxies only."""
+    return "hrl-" + secrets.token_urlsafe(32)
+
+
+def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Handle:
+    """The embedded server in a background thread of this process (its own event loop). api_key: "new" (a
+    random key, the default), a key, or None (open)."""
+    srv = Server(model_path, api_key=new_key() if api_key == "new" else api_key, **kw)
     started, box = threading.Event(), {}
 
     def run():
@@ -596,14 +621,14 @@ def start_local(model_path, port=0, host="127.0.0.1", **kw) -> Handle:
         srv.engine.stop()
         box["loop"].call_soon_threadsafe(box["loop"].stop)
         t.join(timeout=10)
-    return Handle(f"http://{host}:{box['port']}", stop, server=srv)
+    return Handle(f"http://{host}:{box['port']}", stop, server=srv, api_key=srv.api_key)
 
 
 VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
 
 
 def vllm_command(model_path, port, rank=32, trainers=1, max_staleness=4, model_type=None, max_model_len=None,
-                 extra=()):
+                 extra=(), api_key=None):
     """The `vllm serve` command line and environment for serving every adapter of a run from one server."""
     model_type = model_type or M.read_config(M.resolve_model(model_path)).model_type
     if model_type == "lfm3":
@@ -620,12 +645,16 @@ def vllm_command(model_path, port, rank=32, trainers=1, max_staleness=4, model_t
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+    if api_key:      # vLLM reads it from the environment too: kept off the command line (ps shows argv)
+        env["VLLM_API_KEY"] = api_key
     return cmd + list(extra), env
 
 
-def start_vllm(model_path, run_dir, port=8000, health_timeout=900, **kw) -> Handle:
-    """Start `vllm serve` (log: run_dir/vllm.log), wait for /health; on death, raise with the log tail."""
-    cmd, env = vllm_command(model_path, port, **kw)
+def start_vllm(model_path, run_dir, port=8000, health_timeout=900, api_key="new", **kw) -> Handle:
+    """Start `vllm serve` (log: run_dir/vllm.log), wait for /health; on death, raise with the log tail.
+    api_key as in start_local."""
+    api_key = new_key() if api_key == "new" else api_key
+    cmd, env = vllm_command(model_path, port, api_key=api_key, **kw)
     if shutil.which(cmd[0], path=env.get("PATH")) is None:
         raise RuntimeError("vllm is not installed (pip install -r requirements-gpu.txt), or use --server local")
     log_path = Path(run_dir) / "vllm.log"
@@ -651,7 +680,7 @@ def start_vllm(model_path, run_dir, port=8000, health_timeout=900, **kw) -> Hand
             stop()
             raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} ends:\n{tail}")
         if _healthy(url):
-            return Handle(url, stop, process=proc)
+            return Handle(url, stop, process=proc, api_key=api_key)
         if time.time() > deadline:
             stop()
             raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
@@ -676,7 +705,7 @@ def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
     url = kind.rstrip("/").removesuffix("/v1")
     if not _healthy(url):
         raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
-    return Handle(url, lambda: None)
+    return Handle(url, lambda: None, api_key=os.environ.get("HARNESS_RL_API_KEY"))
 
 
 # ----------------------------------------------------------------------------- client
@@ -684,14 +713,15 @@ def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
 class Client:
     """Async client for our server or vLLM. Errors raise RuntimeError with the server's message."""
 
-    def __init__(self, url, timeout=600):
+    def __init__(self, url, api_key=None, timeout=600):
         self.url = url.rstrip("/").removesuffix("/v1")
         self.timeout = ClientTimeout(total=timeout)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = None
 
     async def session(self):
         if self._session is None or self._session.closed:
-            self._session = ClientSession(timeout=self.timeout)
+            self._session = ClientSession(timeout=self.timeout, headers=self.headers)
         return self._session
 
     async def close(self):
@@ -737,8 +767,12 @@ def main():
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH", help="adapter to load at start")
+    ap.add_argument("--api-key", default=os.environ.get("HARNESS_RL_API_KEY"),
+                    help="require `Authorization: Bearer KEY` on every route but /health (default: "
+                         "$HARNESS_RL_API_KEY; unset: open, like vLLM)")
     args = ap.parse_args()
-    srv = Server(args.model, name=args.served_model_name, max_batch=args.max_batch, max_model_len=args.max_model_len)
+    srv = Server(args.model, name=args.served_model_name, max_batch=args.max_batch, max_model_len=args.max_model_len,
+                 api_key=args.api_key)
     for spec in args.lora:
         name, _, path = spec.partition("=")
         L.load_adapter(srv.model, path, adapter=name)

@@ -101,7 +101,9 @@ def parse_args(argv=None):
     ap.add_argument("--run", help="run name (directory under --runs)")
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
-    ap.add_argument("--sandbox", default="dir", choices=["dir", "bwrap"])
+    ap.add_argument("--sandbox", default="auto", choices=R.SANDBOXES,
+                    help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
+                         "isolated or an error; dir: no isolation (see README, Sandboxes)")
     ap.add_argument("--keep-sandboxes", action="store_true")
     ap.add_argument("--device")
     for k, v in {**SHARED, **RECIPES["LFM3-1.7B"]}.items():
@@ -477,7 +479,7 @@ async def run(cfg, resume=False):
         handle = S.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
                                 max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \
             if cfg["server"] == "vllm" else S.start_server(cfg["server"], path)
-    client = S.Client(handle.url)
+    client = S.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
     if resume and load_checkpoint(run_dir, trainers):
         print(f"resumed {run_dir} at " + ", ".join(f"{t.name} step {t.step}" for t in trainers), flush=True)
@@ -488,6 +490,9 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    sandbox, warning = R.resolve_sandbox(cfg.get("sandbox") or "auto")
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     pools, proxies, t_start = [], [], time.time()
     try:
         for t in trainers:
@@ -499,12 +504,13 @@ async def run(cfg, resume=False):
             pool = R.RolloutPool(t.harness, t.proxy, t.next_task, lambda t=t: t.served, run_dir / "sandboxes" / t.name,
                                  max_sessions=cfg["sessions"], group_size=cfg["group_size"],
                                  rollouts_dir=run_dir / "rollouts" / t.name, keep=cfg.get("keep_sandboxes", False),
-                                 sandbox=cfg.get("sandbox", "dir"), max_tokens=cfg["max_tokens"],
+                                 sandbox=sandbox, max_tokens=cfg["max_tokens"],
                                  context=cfg["context"], reward=t.reward)
             pool.start()
             proxies.append(t.proxy)
             pools.append(pool)
-        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, server {handle.url}, "
+        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, "
+              f"server {handle.url}, "
               f"{len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
         async def loop_one(tr, pool):

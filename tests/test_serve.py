@@ -35,7 +35,7 @@ def env(tmp_path_factory):
         for p in L.lora_parameters(ref, "rand"):
             p.normal_(0, 0.2)
     rand = L.save_adapter(ref, tmp / "rand", adapter="rand")
-    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")
+    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     yield {"url": h.url, "ckpt": ckpt, "scripted": scripted, "rand": rand, "ref": ref, "tmp": tmp,
            "fmt": ChatFormat.from_checkpoint(ckpt), "engine": h.server.engine}
     h.stop()
@@ -342,7 +342,7 @@ def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
     try:
         seen = json.loads((fake_vllm / "argv.json").read_text())
         assert seen["lora_updating"] == "1" and "--enable-lora" in seen["argv"]
-        assert S._healthy(h.url)
+        assert S._healthy(h.url) and h.api_key      # a key for every launched server
         assert S.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
     finally:
         h.stop()
@@ -360,3 +360,43 @@ def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
 def test_no_server_at_url_is_a_clear_error():
     with pytest.raises(RuntimeError, match="no healthy server"):
         S.start_server(f"http://127.0.0.1:{free_port()}", "unused")
+
+
+def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
+    """A sandboxed agent shares the trainer's loopback: without the key it must not sample, list or (un)load."""
+    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")   # default: a new key
+    assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != S.new_key()
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    async def go():
+        out = {}
+        async with aiohttp.ClientSession() as s:
+            for label, key in (("none", None), ("wrong", "hrl-x"), ("right", h.api_key)):
+                hdr = {"Authorization": f"Bearer {key}"} if key else {}
+                for path, body in (("/v1/chat/completions", chat), ("/v1/chat/%63ompletions", chat),
+                                   ("/v1/%6coad_lora_adapter", {"lora_name": "x", "lora_path": "/nonexistent"}),
+                                   ("/v1/unload_lora_adapter", {"lora_name": "x"}), ("/%761/models", None),
+                                   ("/v1/models", None), ("/health", None)):
+                    req = s.post(h.url + path, json=body, headers=hdr) if body else s.get(h.url + path, headers=hdr)
+                    async with req as r:
+                        out[label, path] = r.status
+        client = S.Client(h.url, h.api_key)
+        try:
+            answer = await client.chat(chat)
+        finally:
+            await client.close()
+        return out, answer
+    try:
+        out, answer = asyncio.run(go())
+    finally:
+        h.stop()
+    for label in ("none", "wrong"):
+        assert {p: c for (lab, p), c in out.items() if lab == label and p != "/health"} == {
+            p: 401 for (lab, p) in out if lab == label and p != "/health"}, out
+        assert out[label, "/health"] == 200             # liveness stays open, as in vLLM
+    assert out["right", "/v1/chat/completions"] == 200 and out["right", "/v1/chat/%63ompletions"] == 200
+    assert out["right", "/v1/%6coad_lora_adapter"] == 400 and out["right", "/v1/models"] == 200
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    cmd, env = S.vllm_command(ckpt, 1, api_key="hrl-secret")
+    assert env["VLLM_API_KEY"] == "hrl-secret" and "hrl-secret" not in " ".join(cmd)   # not on the command line

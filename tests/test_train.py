@@ -164,7 +164,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     srv.remove_adapter = spy_remove
 
     async def go():
-        client = S.Client(handle.url)
+        client = S.Client(handle.url, handle.api_key)
         trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"], client, server=srv) for spec in ("mini", "mini:b")]
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})
