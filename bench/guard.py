@@ -60,7 +60,8 @@ def corpus_times(repeat):
     times = []
     for _ in range(repeat):
         for case in CORPUS:
-            guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"))
+            guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"),
+                                     **CTX.get("setups", {}).get(case["context"], {}))
             c = case["call"]
             call = tool_call(c["name"], c.get("arguments_raw", c.get("arguments")))
             msgs = [{"role": "system", "content": CTX["systems"][case["harness"]]}] + CTX["contexts"][case["context"]]

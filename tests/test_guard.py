@@ -34,7 +34,10 @@ def conversation(harness, context):
 
 
 def verdict(case, **guard_kw):
-    guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"), **guard_kw)
+    """The case's call checked in its conversation, by a guard set up as the rollout code sets it up for the
+    context (work_dir, task_dir, home, private: tests/guard_contexts.json "setups")."""
+    setup = {**CTX.get("setups", {}).get(case["context"], {}), **guard_kw}
+    guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"), **setup)
     c = case["call"]
     call = tool_call(c["name"], c["arguments_raw"] if "arguments_raw" in c else c["arguments"])
     return guard.check(call, CTX["tools"][case["harness"]], conversation(case["harness"], case["context"]))
