@@ -9,14 +9,18 @@
   answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
   summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
 - `run_rollout`: a fresh sandbox (work dir from the task environment, HOME, TMPDIR), the harness in its
-  own process group (bubblewrap around it with `sandbox="bwrap"`), killed with its children on timeout,
-  then the verifier; the oracle's files are never in the sandbox during the agent phase. A harness crash,
-  hang or server error leaves the rollout ungraded (score None), never an exception in the pool.
+  own process group, killed with its children on timeout, then the verifier. `sandbox="auto"` (default):
+  bubblewrap where it runs (`bwrap_args`: only the system, the harness install and the rollout's own dirs
+  are mounted; own PID namespace, so nothing the agent started outlives it), else "dir" (same user, no
+  isolation: `resolve_sandbox` returns the warning to print). The oracle's files are never mounted, and the
+  verifier runs after the agent's processes are gone. A harness crash, hang or server error leaves the
+  rollout ungraded (score None), never an exception in the pool.
 - `RolloutPool`: keeps up to `max_sessions` rollouts running, tasks scheduled as groups of `group_size`;
   a group is put on the queue once all its rollouts are done, in order of completion. Each finished
   rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
 
-Left out: network isolation (the guard's hosts rule is the recipe's network policy), containers,
+Left out: network isolation (the guard's hosts rule is the recipe's network policy; the inference server
+behind the shared loopback needs the key only the proxy holds), CPU/memory limits, containers,
 retries of failed rollouts (they are simply excluded), multi-node pools.
 """
 from __future__ import annotations
@@ -112,9 +116,14 @@ class Proxy:
     def base_url(self, rollout: Rollout):
         return f"{self.url}/r/{rollout.id}/v1"
 
-    def register(self, r: Rollout, work_dir=None):
+    def register(self, r: Rollout, work_dir=None, home=None, private=()):
+        """work_dir / home: the rollout's own (the guard judges paths against them, its config with the
+        secret in home); private: dirs no rollout may touch but its own parts (all sandboxes, the run)."""
+        task_dir = getattr(r.task, "path", None)
         r.guard = Guard.for_task(getattr(r.task, "guard", None) or {}, proxy_host=self.url,
-                                 work_dir=str(work_dir) if work_dir else None).session()
+                                 work_dir=str(work_dir) if work_dir else None, home=str(home) if home else None,
+                                 task_dir=str(Path(task_dir).resolve()) if task_dir else None,
+                                 private=[str(p) for p in private]).session()
         self.rollouts[r.id] = r
 
     def unregister(self, r: Rollout):
@@ -356,13 +365,13 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
     they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
     does that, once, with the run's numbers)."""
-    box = Path(root) / r.id
+    box = Path(root).resolve() / r.id     # absolute: bwrap mounts and the guard judge real paths
     work, home, tmp = box / "work", box / "home", box / "tmp"
     proc = None
     if sandbox == "auto":
         sandbox = resolve_sandbox("auto")[0]
     r.started = time.time()
-    proxy.register(r, work)
+    proxy.register(r, work, home, private=[Path(root).resolve()])
     try:
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)

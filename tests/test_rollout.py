@@ -39,8 +39,9 @@ class Upstream:
     """Answers like our server / vLLM: first turn a shell tool call running `command`, then 'done'.
     Records what it returned, and the requests it saw."""
 
-    def __init__(self, command=SOLVE, fail=False, hang=False):
+    def __init__(self, command=SOLVE, fail=False, hang=False, calls=None):
         self.commands = command if isinstance(command, list) else [command]
+        self.calls = calls          # optional: tool names -> [(name, arguments)], the first turn's calls
         self.fail, self.hang = fail, hang
         self.returned, self.requests = [], []
         self.rng = random.Random(0)
@@ -58,7 +59,13 @@ class Upstream:
         prompt_ids = [self.rng.randrange(1000) for _ in range(5 + len(body["messages"]))]
         token_ids = [self.rng.randrange(1000) for _ in range(3)]
         lps = [-self.rng.random() for _ in token_ids]
-        if shell and not done:
+        if self.calls and not done:
+            msg = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{len(self.returned)}_{i}", "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a)}}
+                for i, (n, a) in enumerate(self.calls({t["function"]["name"] for t in tools}))]}
+            finish = "tool_calls"
+        elif shell and not done:
             msg = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": f"call_{len(self.returned)}_{i}", "type": "function",
                 "function": {"name": shell, "arguments": json.dumps({"command": c})}}
@@ -85,7 +92,7 @@ class Upstream:
         return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="dir"):
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto"):
     url = await upstream.start()
     client = S.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256})
@@ -170,8 +177,8 @@ def test_hung_harness_is_killed_and_ungraded(tmp_path):
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
+    need_bwrap()
     up = Upstream(command=[SOLVE, "touch /etc/harness-rl-escape; echo $? > exit.txt"])
     r = asyncio.run(one(tmp_path, "mini", up, sandbox="bwrap"))
     assert r.errors == [] and r.score == 1.0
@@ -214,6 +221,12 @@ def test_proxy_auth_and_unknown_paths(tmp_path):
                 out["unknown"] = resp.status
             async with s.get(proxy.base_url(r) + "/models") as resp:
                 out["probe"] = resp.status
+            async with s.post(proxy.base_url(r) + "/chat/%63ompletions", json=body,      # decoded, then routed
+                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+                out["encoded"] = resp.status
+            async with s.post(f"{proxy.url}/r/{r.id}/v1/%6coad_lora_adapter", json=body,
+                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+                out["load"] = resp.status
             async with s.post(proxy.base_url(r) + "/chat/completions", data="{bad",
                               headers={"Authorization": f"Bearer {r.secret}"}) as resp:
                 out["badjson"] = resp.status
@@ -221,8 +234,8 @@ def test_proxy_auth_and_unknown_paths(tmp_path):
         await up.runner.cleanup()
         return out, r
     out, r = asyncio.run(go())
-    assert out == {"ok": 200, "bad": 401, "unknown": 401, "probe": 404, "badjson": 400}
-    assert r.aux_requests == 1 and r.turns == []          # no tools: answered, not trained on
+    assert out == {"ok": 200, "bad": 401, "unknown": 401, "probe": 404, "badjson": 400, "encoded": 200, "load": 404}
+    assert r.aux_requests == 2 and r.turns == []          # no tools: answered, not trained on
 
 
 def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
@@ -258,3 +271,209 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         agent = [s for s in traj.steps if s.source == "agent"]
         assert agent and agent[0].metrics.completion_token_ids and agent[0].tool_calls
     assert not list((tmp_path / "sb").glob("*"))
+
+
+# ----------------------------------------------------------------------------- isolation: a hostile probe agent
+
+ORACLE = "ORACLE-TEXT-9c41e7"       # in the task's solution/ and tests/ only
+
+
+def probe_script(task_dir, root, server_url, marker):
+    """One bash tool call that tries every way out a red team found: the oracle by absolute path, siblings'
+    sandboxes and secrets, forged rewards (verifier logs, siblings' work dirs), turns injected with a sibling's
+    secret, a detached daemon, the inference server without a key, other processes' command lines."""
+    return f"""
+cat {task_dir}/solution/solve.sh {task_dir}/tests/test.sh 2>&1 | head -5
+ls -la {root} 2>&1 | head; ls / /tmp 2>&1 | head -40
+cat {root}/*/home/.mini/config.json 2>&1 | head -5
+cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a -E 'MINI_API_KEY|ORACLE' | head
+python3 - <<'PY'
+import glob, json, urllib.request
+for f in glob.glob("{root}/*/home/.mini/config.json"):
+    c = json.load(open(f))
+    body = json.dumps({{"messages": [{{"role": "user", "content": "INJECTED"}}], "tools": []}}).encode()
+    req = urllib.request.Request(c["base_url"] + "/chat/completions", body, {{"Authorization": "Bearer " + c["api_key"],
+                                 "Content-Type": "application/json"}})
+    try:
+        print("injected", urllib.request.urlopen(req, timeout=5).status, c["base_url"])
+    except Exception as e:
+        print("injection failed", e)
+PY
+for p in /v1/models /v1/%6coad_lora_adapter /v1/chat/%63ompletions /v1/unload_lora_adapter; do
+  echo "server $p $(curl -s -o /dev/null -w '%{{http_code}}' -X POST -H 'Content-Type: application/json' \\
+    -d '{{"lora_name": "policy", "lora_path": "/x", "model": "policy", "messages": [{{"role": "user", "content": "x"}}]}}' \\
+    {server_url}$p)"
+done
+setsid nohup sh -c 'while true; do echo {marker} > /dev/null; sleep 0.2; done' >/dev/null 2>&1 &
+for i in $(seq 50); do
+  for d in /tmp/harness-rl-verify-*/logs /tmp/*/logs; do echo '{{"reward": 1}}' > $d/reward.json 2>/dev/null; done
+  for w in {root}/*/work; do echo 42 > $w/answer.txt 2>/dev/null; done
+  sleep 0.1
+done
+echo probe done
+"""
+
+
+def _alive(marker):
+    import subprocess
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+
+
+async def _probe_run(tmp, sandbox):
+    """Two victims (they do nothing: score 0) and a probe (guard off), concurrently, through real proxies,
+    mini harness processes and verifiers, next to a real embedded server with its key."""
+    import model as M
+    ckpt = M.write_tiny_checkpoint(tmp / "ckpt", "lfm2")
+    server = S.start_local(ckpt, port=0, name="policy", max_model_len=512)
+    task = make_task(tmp / "tasks")
+    for f in ("solution/solve.sh", "tests/test.sh"):
+        with open(task.path / f, "a") as fh:
+            fh.write(f"# {ORACLE}\n")
+    root, marker = tmp / "sandboxes", f"daemon-{os.getpid()}-{sandbox}"
+    vup, pup = Upstream(command="sleep 2"), Upstream(command=probe_script(task.path, root, server.url, marker))
+    ups, proxies = [vup, pup], []
+    try:
+        for up, guard in ((vup, True), (pup, False)):
+            url = await up.start()
+            proxies.append(R.Proxy(S.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
+            await proxies[-1].start()
+        harness = H.get_harness("mini")
+        victims = [R.Rollout(task, "mini", index=i) for i in range(2)]
+        probe = R.Rollout(task, "mini", index=2)
+        await asyncio.gather(*(R.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True)
+                               for v in victims),
+                             R.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True))
+        await asyncio.sleep(1.0)
+        alive = _alive(marker)
+        adapters = dict(server.server.engine.adapters)
+    finally:
+        for p in proxies:
+            await p.stop()
+            await p.client.close()
+        for up in ups:
+            if getattr(up, "runner", None):
+                await up.runner.cleanup()
+        server.stop()
+        if _alive(marker):
+            import subprocess
+            subprocess.run(["pkill", "-9", "-f", marker])
+    seen = json.dumps([q["messages"] for q in pup.requests])      # everything the probe's model was shown
+    return victims, probe, seen, alive, adapters
+
+
+def need_bwrap():
+    """CI sets HARNESS_RL_REQUIRE_BWRAP: there the isolation tests fail, not skip, without bubblewrap."""
+    ok, why = R.bwrap_works()
+    if not ok:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
+
+
+def test_default_sandbox_stops_a_hostile_probe(tmp_path):
+    need_bwrap()
+    assert R.resolve_sandbox("auto") == ("bwrap", "")
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "auto"))
+    assert "probe done" in seen, seen[-2000:]                     # the probe ran to its end
+    assert ORACLE not in seen                                      # no oracle text reached the model
+    assert all(v.secret not in seen for v in victims)              # no sibling secret
+    assert all(len(v.turns) == 2 and v.aux_requests == 0 for v in victims)   # no injected turn (only its own)
+    assert [v.score for v in victims] == [0.0, 0.0], [v.reason for v in victims]     # no forged reward
+    assert all(v.id not in seen for v in victims)                  # not even a sibling's listing
+    for p in ("/v1/models", "/v1/%6coad_lora_adapter", "/v1/chat/%63ompletions", "/v1/unload_lora_adapter"):
+        assert f"server {p} 401" in seen                           # the server wants the proxy's key
+    assert adapters == {} and not alive                            # nothing loaded; the daemon died with it
+
+
+def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path):
+    """The control: the same probe under --sandbox dir reads the oracle and a sibling's secret (what the README
+    and the start-up warning say dir cannot protect) - so the test above can fail."""
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "dir"))
+    assert ORACLE in seen and any(v.secret in seen for v in victims)
+    assert any(v.aux_requests for v in victims)                   # a turn injected with a sibling's secret
+    assert alive is True                                          # a detached daemon outlives a dir rollout
+    for p in ("/v1/models", "/v1/unload_lora_adapter"):
+        assert f"server {p} 401" in seen                           # the key holds in both modes
+
+
+VISIBLE_TEST = "def test_answer():\n    assert open('answer.txt').read().strip() == '42'\n"
+
+
+def cheat_calls(task_dir, work):
+    """The scripted model's cheats, in each harness's own tool shapes: overwrite the visible test, read the
+    solution by a relative and an absolute path (file tool and shell)."""
+    rel = os.path.relpath(Path(task_dir) / "solution" / "solve.sh", work)
+    absolute = str(Path(task_dir) / "solution" / "solve.sh")
+
+    def calls(names):
+        if "write_file" in names:                                       # hermes
+            return [("write_file", {"path": "test_answer.py", "content": "def test_answer():\n    pass\n"}),
+                    ("read_file", {"path": rel}), ("read_file", {"path": absolute}),
+                    ("terminal", {"command": f"cat {absolute}"})]
+        key = "filePath" if "glob" in names else "path"                 # opencode: filePath (absolute)
+        target = str(Path(work) / "test_answer.py") if key == "filePath" else "test_answer.py"
+        extra = {"description": "show it"} if key == "filePath" else {}
+        return [("write", {key: target, "content": "def test_answer():\n    pass\n"}),
+                ("read", {key: rel if key == "path" else str(Path(work) / rel)}), ("read", {key: absolute}),
+                ("bash", {"command": f"cat {absolute}", **extra})]
+    return calls
+
+
+@pytest.mark.parametrize("name", HARNESS_PARAMS)
+def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, name):
+    """Guard alone (--sandbox dir, where the files are really there): a scripted model drives each harness to
+    overwrite the visible test and read the solution by relative and absolute path - blocked, the test file
+    unchanged, the solution's text never reaches the model, reward 0, alike in every harness."""
+    need(name)
+    task = make_task(tmp_path / "tasks")
+    (task.path / "environment" / "test_answer.py").write_text(VISIBLE_TEST)
+    (task.path / "instruction.md").write_text(task.instruction + "The test test_answer.py checks it.\n")
+    with open(task.path / "solution" / "solve.sh", "a") as f:
+        f.write(f"# {ORACLE}\n")
+    task = T.load_task(task.path)
+    box = tmp_path / "sandboxes"
+
+    async def go():
+        up = Upstream()
+        url = await up.start()
+        proxy = R.Proxy(S.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
+        await proxy.start()
+        r = R.Rollout(task, name)
+        up.calls = cheat_calls(task.path, box / r.id / "work")
+        try:
+            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox="dir", keep=True)
+        finally:
+            await proxy.stop()
+            await proxy.client.close()
+            await up.runner.cleanup()
+        return r, up
+    r, up = asyncio.run(go())
+    assert r.failure == "" and r.tool_calls == 4, (r.errors, r.tool_calls)
+    rules = sorted(v["rule"] for v in r.verdicts)
+    assert rules == ["answer-lookup"] * 3 + ["test-editing"], r.verdicts
+    assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
+    assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
+    assert G.shaped_reward(r.score, r.tool_calls, r.flagged) == 0.0
+
+
+def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, monkeypatch):
+    """A checkout in /opt, a suite in /usr/share: shown system dirs must not show them (an empty tmpfs over them),
+    while a tool inside them (a venv in the project) and the rollout's own dirs stay visible."""
+    import subprocess
+    need_bwrap()
+    system = tmp_path / "opt"
+    (system / "proj" / "data" / "t" / "solution").mkdir(parents=True)
+    (system / "proj" / "data" / "t" / "solution" / "solve.sh").write_text(ORACLE)
+    (system / "proj" / ".venv" / "bin").mkdir(parents=True)
+    (system / "proj" / ".venv" / "bin" / "tool").write_text("a tool")
+    (system / "other").mkdir()
+    (system / "other" / "lib.txt").write_text("system file")
+    monkeypatch.setattr(R, "SYSTEM_DIRS", R.SYSTEM_DIRS + (str(system),))
+    box = tmp_path / "box"
+    dirs = [box / d for d in ("work", "home", "tmp")]
+    for d in dirs:
+        d.mkdir(parents=True)
+    argv = R.bwrap_args(*dirs, tools=[system / "proj" / ".venv"], hide=[system / "proj"])
+    p = subprocess.run(argv + ["/bin/sh", "-c", f"cat {system}/proj/data/t/solution/solve.sh; "
+                               f"cat {system}/proj/.venv/bin/tool {system}/other/lib.txt; echo ok > {dirs[0]}/w"],
+                       capture_output=True, text=True)
+    assert ORACLE not in p.stdout and "No such file" in p.stderr
+    assert "a tool" in p.stdout and "system file" in p.stdout and (dirs[0] / "w").read_text() == "ok\n"
