@@ -5,14 +5,18 @@
 Arguments are routed by key and shape across pi, opencode and hermes (command/cmd -> shell, code -> code,
 path/filePath/file_path -> paths, url -> URLs, content/newText/new_string/patch -> written text). Shell is
 tokenized (quotes, escapes, $'..', pipes, &&/||/;, subshells, heredocs, here-strings, $(..), backticks, sh -c,
-eval, cd, simple variables, for-loops, xargs, find -exec, base64/hex payloads); code (python -c, execute_code,
-heredocs into interpreters) is read for string literals, file writes and subprocess calls. The Facts are paths
-read and written, text written, code run, every other word, URLs and hosts reached, web queries, and the rule
-ids a command form raises by itself (bare `env`, git history digging, curl --resolve).
+eval, cd, simple variables, for-loops, xargs, find -exec, base64/hex payloads, here-string payloads); a $(..) or
+backtick part of a word becomes its output when known (echo, printf) and `**` when not, so that solu$(true)tion
+reads as a glob for "solution" and $(pwd)/x as a path of unknown place; code (python -c, execute_code, heredocs
+into interpreters) is read for string literals, file writes and subprocess calls. The Facts are paths read and
+written, text written, code run, every other word, URLs and hosts reached, web queries, links and copies made
+(ln, cp, rsync), diff files applied (patch, git apply), dirs read recursively (grep -r, rg, tar c, cp -r), the
+commands run, and the rule ids a command form raises by itself (bare `env`, git history digging, curl --resolve,
+export PYTEST_ADDOPTS). Archives extracted (tar x -C DIR, unzip -d DIR) write their target dir.
 
 Left out: judging (guard.py decides what the Facts mean for a task and its conversation), what a script written
-now does when it runs later, strings built at run time (chr(), reversed, downloaded), `cd` persisting across
-hermes terminal calls, shell functions and glob expansion (a glob stays a pattern).
+now does when it runs later, strings built at run time (chr(), reversed, downloaded, tr, rev), `cd` persisting
+across hermes terminal calls, shell functions and glob expansion (a glob stays a pattern), what an archive holds.
 """
 from __future__ import annotations
 
