@@ -186,8 +186,10 @@ class Guard:
             if proxy_host else None
         # the rollout's own places: work dir, HOME and the sandbox's tmp/ next to them (rollout.py's box layout)
         box = {posixpath.dirname(d) for d in (self.work_dir, self.home) if d}
-        own = [self.work_dir, self.home] + ([box.pop() + "/tmp"] if len(box) == 1 and self.home else [])
-        self.own, self.task_dirs, self.private = _dirs(own), _dirs([task_dir]), _dirs(private)
+        box = box.pop() if len(box) == 1 and self.home else None
+        self.own, self.task_dirs, self.private = _dirs([self.work_dir, self.home, box and box + "/tmp"]), \
+            _dirs([task_dir]), _dirs(private)
+        self.box = _dirs([box])                         # the box itself may be listed (ls ..), not read into
 
     @classmethod
     def for_task(cls, guard_section=None, **kw):
@@ -384,7 +386,7 @@ class Session:
                 self.places.clear()
             self.places[a] = None
             for c in dict.fromkeys((posixpath.normpath(a), _real(a))):
-                where = None if _under(c, g.own) else "task" if _under(c, g.task_dirs) else \
+                where = None if _under(c, g.own) or c in g.box else "task" if _under(c, g.task_dirs) else \
                     "private" if _under(c, g.private) else None
                 self.places[a] = self.places[a] or where
         return self.places[a]
