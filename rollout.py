@@ -271,9 +271,12 @@ def bwrap_args(work, home, tmp, tools=(), hide=()):
     PID namespace ends, killing everything the harness started (daemons included). `hide`: paths that must not
     show even if they lie under a system dir (the project, the task suite, the sandbox root): an empty tmpfs
     is mounted over them. The network stays shared: the harness must reach the proxy on loopback (the
-    inference server there needs a key only the proxy holds; other hosts are the guard's hosts rule)."""
+    inference server there needs a key only the proxy holds; other hosts are the guard's hosts rule). No
+    capabilities, even when run as root."""
+    # --cap-drop ALL: run as root, bwrap would keep every capability, and an agent could remount /usr
+    # read-write, lift the tmpfs over a hidden dir or mknod the disk and mount it
     args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-            "--new-session", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+            "--new-session", "--cap-drop", "ALL", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     shown, masked = [], []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):

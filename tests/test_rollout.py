@@ -278,7 +278,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
 ORACLE = "ORACLE-TEXT-9c41e7"       # in the task's solution/ and tests/ only
 
 
-def probe_script(task_dir, root, server_url, marker):
+def probe_script(task_dir, root, server_url, marker, systmp):
     """One bash tool call that tries every way out a red team found: the oracle by absolute path, siblings'
     sandboxes and secrets, forged rewards (verifier logs, siblings' work dirs), turns injected with a sibling's
     secret, a detached daemon, the inference server without a key, other processes' command lines."""
@@ -306,7 +306,7 @@ for p in /v1/models /v1/%6coad_lora_adapter /v1/chat/%63ompletions /v1/unload_lo
 done
 setsid nohup sh -c 'while true; do echo {marker} > /dev/null; sleep 0.2; done' >/dev/null 2>&1 &
 for i in $(seq 50); do
-  for d in /tmp/harness-rl-verify-*/logs /tmp/*/logs; do echo '{{"reward": 1}}' > $d/reward.json 2>/dev/null; done
+  for d in {systmp}/harness-rl-verify-*/logs; do echo '{{"reward": 1}}' > $d/reward.json 2>/dev/null; done
   for w in {root}/*/work; do echo 42 > $w/answer.txt 2>/dev/null; done
   sleep 0.1
 done
@@ -314,12 +314,22 @@ echo probe done
 """
 
 
+def private_tmp(tmp_path, monkeypatch):
+    """The verifiers' temp dirs go here, and the probe forges rewards only here: under --sandbox dir it would
+    really write into every verifier on the machine (a training run beside the tests lost a rollout to it)."""
+    import tempfile
+    d = tmp_path / "systmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
 def _alive(marker):
     import subprocess
     return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
 
 
-async def _probe_run(tmp, sandbox):
+async def _probe_run(tmp, sandbox, systmp):
     """Two victims (they do nothing: score 0) and a probe (guard off), concurrently, through real proxies,
     mini harness processes and verifiers, next to a real embedded server with its key."""
     import model as M
@@ -330,7 +340,7 @@ async def _probe_run(tmp, sandbox):
         with open(task.path / f, "a") as fh:
             fh.write(f"# {ORACLE}\n")
     root, marker = tmp / "sandboxes", f"daemon-{os.getpid()}-{sandbox}"
-    vup, pup = Upstream(command="sleep 2"), Upstream(command=probe_script(task.path, root, server.url, marker))
+    vup, pup = Upstream(command="sleep 2"), Upstream(command=probe_script(task.path, root, server.url, marker, systmp))
     ups, proxies = [vup, pup], []
     try:
         for up, guard in ((vup, True), (pup, False)):
@@ -368,10 +378,10 @@ def need_bwrap():
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
 
 
-def test_default_sandbox_stops_a_hostile_probe(tmp_path):
+def test_default_sandbox_stops_a_hostile_probe(tmp_path, monkeypatch):
     need_bwrap()
     assert R.resolve_sandbox("auto") == ("bwrap", "")
-    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "auto"))
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "auto", private_tmp(tmp_path, monkeypatch)))
     assert "probe done" in seen, seen[-2000:]                     # the probe ran to its end
     assert ORACLE not in seen                                      # no oracle text reached the model
     assert all(v.secret not in seen for v in victims)              # no sibling secret
@@ -383,12 +393,13 @@ def test_default_sandbox_stops_a_hostile_probe(tmp_path):
     assert adapters == {} and not alive                            # nothing loaded; the daemon died with it
 
 
-def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path):
+def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path, monkeypatch):
     """The control: the same probe under --sandbox dir reads the oracle and a sibling's secret (what the README
     and the start-up warning say dir cannot protect) - so the test above can fail."""
-    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "dir"))
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "dir", private_tmp(tmp_path, monkeypatch)))
     assert ORACLE in seen and any(v.secret in seen for v in victims)
     assert any(v.aux_requests for v in victims)                   # a turn injected with a sibling's secret
+    assert 1.0 in [v.score for v in victims]                      # a reward forged for a rollout that did nothing
     assert alive is True                                          # a detached daemon outlives a dir rollout
     for p in ("/v1/models", "/v1/unload_lora_adapter"):
         assert f"server {p} 401" in seen                           # the key holds in both modes
@@ -417,11 +428,12 @@ def cheat_calls(task_dir, work):
     return calls
 
 
+@pytest.mark.parametrize("sandbox", ["dir", "auto"])
 @pytest.mark.parametrize("name", HARNESS_PARAMS)
-def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, name):
-    """Guard alone (--sandbox dir, where the files are really there): a scripted model drives each harness to
-    overwrite the visible test and read the solution by relative and absolute path - blocked, the test file
-    unchanged, the solution's text never reaches the model, reward 0, alike in every harness."""
+def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, name, sandbox):
+    """A scripted model drives each harness to overwrite the visible test and read the solution by relative
+    and absolute path - blocked, the test file unchanged, the solution's text never reaches the model,
+    reward 0, alike in every harness. Under dir the files are really there: the guard alone holds."""
     need(name)
     task = make_task(tmp_path / "tasks")
     (task.path / "environment" / "test_answer.py").write_text(VISIBLE_TEST)
@@ -439,7 +451,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
         r = R.Rollout(task, name)
         up.calls = cheat_calls(task.path, box / r.id / "work")
         try:
-            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox="dir", keep=True)
+            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True)
         finally:
             await proxy.stop()
             await proxy.client.close()
@@ -473,7 +485,11 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
         d.mkdir(parents=True)
     argv = R.bwrap_args(*dirs, tools=[system / "proj" / ".venv"], hide=[system / "proj"])
     p = subprocess.run(argv + ["/bin/sh", "-c", f"cat {system}/proj/data/t/solution/solve.sh; "
-                               f"cat {system}/proj/.venv/bin/tool {system}/other/lib.txt; echo ok > {dirs[0]}/w"],
+                               f"cat {system}/proj/.venv/bin/tool {system}/other/lib.txt; echo ok > {dirs[0]}/w; "
+                               f"umount {system}/proj; mount -o remount,rw {system}; touch {system}/other/x; "
+                               "grep CapEff /proc/self/status"],
                        capture_output=True, text=True)
     assert ORACLE not in p.stdout and "No such file" in p.stderr
     assert "a tool" in p.stdout and "system file" in p.stdout and (dirs[0] / "w").read_text() == "ok\n"
+    # no capabilities, even as root: the mask cannot be lifted nor the system remounted writable
+    assert "CapEff:\t0000000000000000" in p.stdout and not (system / "other" / "x").exists(), p.stdout + p.stderr
