@@ -284,6 +284,16 @@ class Hermes(Harness):
     def binary(self, root):
         return root / "venv" / "bin" / "hermes"
 
+    def sandbox_paths(self):
+        """The install and the Python its venv was made from (pyvenv.cfg `home`), which may live elsewhere."""
+        root = self.root or self.install_dir()
+        try:
+            cfg = dict(line.split(" = ", 1) for line in (root / "venv" / "pyvenv.cfg").read_text().splitlines()
+                       if " = " in line)
+            return [root, Path(cfg["home"]).parent] if "home" in cfg else [root]
+        except OSError:
+            return [root]
+
     def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
         for d in (home, work, tmp):
             Path(d).mkdir(parents=True, exist_ok=True)
