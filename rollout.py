@@ -357,10 +357,42 @@ def _die_with_parent():
 
 
 def _kill(proc):
+    """SIGKILL the harness's process group and the processes it started directly (under bwrap: the sandbox's
+    init, whose death ends its PID namespace). Returns those pids, for `_wait_dead`."""
+    pids = _children(proc.pid)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)     # the harness and everything it started
+        os.killpg(proc.pid, signal.SIGKILL)     # the harness and everything it started in its group
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pids
+
+
+def _children(pid):
+    try:
+        return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
+    except OSError:
+        return []
+
+
+def _running(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")       # a zombie has run its last instruction
+
+
+async def _wait_dead(pids, timeout=10.0):
+    """Until every pid is dead. A killed sandbox init turns zombie only once every process of its namespace is
+    gone, so after this nothing of the agent can write into the work dir the verifier is about to grade."""
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
 
 
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
@@ -406,7 +438,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
                 r.timed_out = True
                 r.failure = r.failure or "timeout"
                 r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
-        _kill(proc)
+        await _wait_dead(_kill(proc))
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         ok, why = (False, "timed out") if r.timed_out else harness.succeeded(r.exit_code, home, tmp)
         if not ok:

@@ -4,7 +4,8 @@
       so the guard runs) through the proxy to a null upstream that answers at once, vs the same load sent
       straight to the upstream; prints p50 / p99 latency of both and the difference.
   (b) start-to-first-request: each harness launched as a rollout would be (fresh sandbox, its config, its
-      offline settings) until its first chat request reaches the proxy.
+      offline settings) until its first chat request reaches the proxy, under --sandbox dir and under
+      bubblewrap side by side (what isolation costs each rollout).
 
     python bench/rollout.py [--sessions 48] [--requests 20] [--harnesses mini,pi,opencode,hermes]
 """
@@ -93,7 +94,7 @@ async def overhead(args):
     print(f"    {'in the proxy (minus upstream call)':<34}{q(own, .5):>9.2f}{q(own, .99):>9.2f}   (target p50 <= 2 ms)")
 
 
-async def first_request(name):
+async def first_request(name, sandbox="dir"):
     seen = {}
     runner, up = await null_upstream(seen)
     client = S.Client(up)
@@ -110,8 +111,11 @@ async def first_request(name):
         proxy.register(r, work)
         harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy")
         launch = harness.launch("List the files.", home, work, t, r.id)
+        argv = launch.argv
+        if sandbox == "bwrap":
+            argv = R.bwrap_args(work, home, t, R.tool_paths(harness), [Path(__file__).resolve().parent.parent]) + argv
         t0 = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(*launch.argv, cwd=work, env=launch.env, start_new_session=True,
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=work, env=launch.env, start_new_session=True,
                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.DEVNULL)
         if launch.stdin is not None:
@@ -119,7 +123,7 @@ async def first_request(name):
         proc.stdin.close()
         while "t" not in seen and proc.returncode is None and time.perf_counter() - t0 < 120:
             await asyncio.sleep(0.01)
-        R._kill(proc)
+        await R._wait_dead(R._kill(proc))
         await proc.wait()
     await proxy.stop()
     await client.close()
@@ -137,11 +141,19 @@ def main():
     if args.only != "b":
         asyncio.run(overhead(args))
     if args.only != "a":
-        print("(b) start to first chat request, per harness (median of 3)")
+        boxes = ["dir"] + (["bwrap"] if R.bwrap_works()[0] else [])
+        print("(b) start to first chat request, per harness (median of 3, alternating), seconds")
+        print(f"    {'':<10}" + "".join(f"{b:>9}" for b in boxes) + ("    bwrap - dir" if len(boxes) == 2 else
+                                                                        f"   (bwrap: {R.bwrap_works()[1]})"))
         for name in args.harnesses.split(","):
             try:
-                ts = [asyncio.run(first_request(name)) for _ in range(3)]
-                print(f"    {name:<10}{statistics.median(ts):>8.2f} s")
+                ts = {b: [] for b in boxes}
+                for _ in range(3):
+                    for b in boxes:
+                        ts[b].append(asyncio.run(first_request(name, b)))
+                med = {b: statistics.median(v) for b, v in ts.items()}
+                print(f"    {name:<10}" + "".join(f"{med[b]:>9.2f}" for b in boxes) +
+                      (f"    {med['bwrap'] - med['dir']:+.2f}" if len(boxes) == 2 else ""))
             except Exception as e:  # a harness that cannot be installed here is reported, not fatal
                 print(f"    {name:<10} unavailable: {e}")
 

@@ -493,3 +493,32 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
     assert "a tool" in p.stdout and "system file" in p.stdout and (dirs[0] / "w").read_text() == "ok\n"
     # no capabilities, even as root: the mask cannot be lifted nor the system remounted writable
     assert "CapEff:\t0000000000000000" in p.stdout and not (system / "other" / "x").exists(), p.stdout + p.stderr
+
+
+def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
+    """On timeout the whole sandbox is killed, detached (setsid) writers included: nothing of the agent changes
+    the work dir after run_rollout returns (it also waits for the namespace to be gone, a window of a few ms
+    this test cannot see)."""
+    need_bwrap()
+    writer = "setsid sh -c 'while true; do date +%s%N > tick; done' >/dev/null 2>&1 & sleep 100"
+
+    async def go():
+        up = Upstream(command=writer)
+        url = await up.start()
+        proxy = R.Proxy(S.Client(url, timeout=30), adapter=lambda: ("m", 0))
+        await proxy.start()
+        r = R.Rollout(make_task(tmp_path / "tasks"), "mini")
+        try:
+            await R.run_rollout(r, H.get_harness("mini"), proxy, tmp_path / "sb", timeout=4, sandbox="bwrap", keep=True)
+        finally:
+            await proxy.stop()
+            await proxy.client.close()
+            await up.runner.cleanup()
+        return r
+    r = asyncio.run(go())
+    import time
+    tick = tmp_path / "sb" / r.id / "work" / "tick"
+    assert r.timed_out and tick.exists()
+    first = tick.read_text()
+    time.sleep(0.5)
+    assert tick.read_text() == first                     # the writer is gone
