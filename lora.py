@@ -187,10 +187,10 @@ def add_lora(model, rank=32, alpha=32, adapters=("default",), seed=None):
     return model
 
 
-def _check_new(model, name):
+def _check_new(model, name, replace=False):
     if not isinstance(name, str) or not _NAME.match(name):
         raise AdapterError(f"adapter name {name!r}: use letters, digits, '-' and '_' only")
-    if name in getattr(model, "lora_config", {}):
+    if name in getattr(model, "lora_config", {}) and not replace:
         raise AdapterError(f"adapter {name!r} is already loaded; remove it first or pick a new name")
 
 
@@ -332,16 +332,21 @@ def load_adapter(model, dir, adapter="default"):
     return install_adapter(model, cfg, sd, adapter, where=Path(dir) / "adapter_model.safetensors")
 
 
-def install_adapter(model, cfg, sd, adapter, where="adapter"):
+def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
     """Add an adapter from (PEFT config, PEFT-key tensors) - a file's contents or a `snapshot` of another
     adapter - under the name `adapter`, after the same checks as `load_adapter` (`where` names the source
-    in errors). The tensors are copied (fp32, on the model's device)."""
-    _check_new(model, adapter)
+    in errors). The tensors are copied (fp32, on the model's device). replace=True swaps out an adapter of
+    the same name, but only once the new one has passed every check: a bad file leaves the old one serving."""
+    _check_new(model, adapter, replace)
     layers = _wrap(model)
-    r = cfg["r"]
-    alpha = cfg.get("lora_alpha", r)
-    scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     wf = where
+    r = cfg.get("r")
+    if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+        raise AdapterError(f"{wf}: adapter_config.json r = {r!r} (must be a positive integer)")
+    alpha = cfg.get("lora_alpha", r)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
+        raise AdapterError(f"{wf}: adapter_config.json lora_alpha = {alpha!r} (must be a positive number)")
+    scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     pairs = {}
     for key, t in sd.items():
         m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])(?:\.[A-Za-z0-9_\-]+)?\.weight", key)
@@ -368,6 +373,8 @@ def install_adapter(model, cfg, sd, adapter, where="adapter"):
     if not pairs:
         raise AdapterError(f"{wf}: no LoRA weights in the file")
     dev = model.lm_head.weight.device
+    if adapter in getattr(model, "lora_config", {}):       # replace=True, and the new one is sound
+        remove_adapter(model, adapter)
     for mod_name, ab in pairs.items():     # all checked: now add (fp32, like adapters made here)
         lin = layers[mod_name]
         lin.lora_A[adapter] = nn.Parameter(ab["A"].to(dev, torch.float32), requires_grad=False)

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import hmac
 import json
+import math
 import os
 import queue
 import random
@@ -62,6 +63,7 @@ CHAT_FIELDS = {  # field -> accepted types; everything else is refused with a 40
 COMPLETION_FIELDS = {k: v for k, v in CHAT_FIELDS.items() if k not in ("messages", "tools", "tool_choice",
                                                                         "parallel_tool_calls", "chat_template_kwargs")}
 COMPLETION_FIELDS.update(prompt=(list, str), echo=(bool, type(None)))
+SAMPLING_EPS = 1e-5      # vLLM's _SAMPLING_EPS: a temperature below it means greedy
 
 
 class RequestError(Exception):
@@ -95,6 +97,7 @@ class Request:
     loop: asyncio.AbstractEventLoop | None = None
     gen: torch.Generator | None = None
     text: str = ""
+    cancelled: bool = False                 # its client went away: the engine drops it at the next step
 
     def emit(self, *event):
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
@@ -137,6 +140,8 @@ class Engine:
 
     # -- called from the event loop
     def submit(self, req: Request):
+        if not self.alive():
+            raise RequestError("the engine has stopped", 503, "ServiceUnavailableError")
         if self.pending.qsize() >= self.max_queue:
             raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
         req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
@@ -156,6 +161,10 @@ class Engine:
         self.running = False
         self.wake.set()
         self.thread.join(timeout=10)
+        self._fail_all("the server is shutting down")     # waiting handlers answer now, not at their timeout
+
+    def alive(self):
+        return self.running and self.thread.is_alive()
 
     # -- the engine thread
     def _loop(self):
@@ -163,15 +172,30 @@ class Engine:
         if self.threads:              # CPU threads for this thread's ops (a trainer in the process takes the rest)
             torch.set_num_threads(self.threads)
         while self.running:
-            self._run_commands()
-            while len(self.active) < self.max_batch and not self.pending.empty():
-                self._prefill(self.pending.get_nowait())
-                self._run_commands()        # an adapter publish waits for one prefill at most, not all
-            if self.active:
-                self._step()
-            else:
-                self.wake.wait(timeout=0.5)
-                self.wake.clear()
+            try:
+                self._run_commands()
+                while len(self.active) < self.max_batch and not self.pending.empty():
+                    self._prefill(self.pending.get_nowait())
+                    self._run_commands()        # an adapter publish waits for one prefill at most, not all
+                if self.active:
+                    self._step()
+                else:
+                    self.wake.wait(timeout=0.5)
+                    self.wake.clear()
+            except Exception as e:     # a bug or a fault of one batch must not end serving: fail it, go on
+                import traceback
+                traceback.print_exc()
+                self._fail_active(f"engine error: {type(e).__name__}: {e}")
+
+    def _fail_active(self, message):
+        for r in self.active:
+            r.emit("error", message)
+        self.active, self.cache = [], self.model.new_cache(0)
+
+    def _fail_all(self, message):
+        self._fail_active(message)
+        while not self.pending.empty():
+            self.pending.get_nowait().emit("error", message)
 
     def _run_commands(self):
         while not self.commands.empty():
@@ -230,24 +254,36 @@ class Engine:
 
     def _step(self):
         rows = [r.adapter for r in self.active]
-        if hasattr(self.model, "lora_routing"):
-            L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
         try:
+            if hasattr(self.model, "lora_routing"):
+                L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
             logits = self.model(toks, cache=self.cache)[:, -1]
         except Exception as e:    # fail these requests, keep serving
-            for r in self.active:
-                r.emit("error", f"decode failed: {e}")
-            self.active, self.cache = [], self.model.new_cache(0)
+            self._fail_active(f"decode failed: {e}")
             return
-        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i])]
+        finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
+        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
         if len(keep) < len(self.active):
             self.cache.select(keep)
             self.active = [self.active[i] for i in keep]
 
-    def _accept(self, req: Request, logits) -> bool:
-        """Sample the next token of `req`; returns whether it goes on."""
-        tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
+    def _accept(self, req: Request, logits, finite=None) -> bool:
+        """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose
+        logits are not finite (a diverged adapter) or whose sampling fails ends here, alone."""
+        if req.cancelled:
+            req.finish_reason = "abort"
+            req.emit("done", "abort")
+            return False
+        if not (finite if finite is not None else bool(torch.isfinite(logits).all())):
+            req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "
+                              "inf weights?)")
+            return False
+        try:
+            tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
+        except Exception as e:
+            req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
+            return False
         req.out_ids.append(tok)
         req.out_lps.append(lp)
         reason = None
@@ -332,8 +368,8 @@ class Server:
             return await handler(request)
 
         app = web.Application(client_max_size=MAX_BODY, middlewares=[auth, errors])
-        async def health(request):
-            return web.Response(text="")
+        async def health(request):          # unhealthy once the engine thread is gone: nothing would answer
+            return web.Response(text="") if self.engine.alive() else web.Response(status=503, text="engine stopped")
         app.router.add_get("/health", health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -379,10 +415,9 @@ class Server:
         """Install an adapter from (PEFT config, PEFT-key tensors) between decode steps; replaces one of
         the same name. Checked before anything is changed."""
         def add():
-            if name in L.adapter_names(self.model):
-                L.remove_adapter(self.model, name)
+            # checked in full before the old weights go: a bad file leaves the old adapter serving
+            L.install_adapter(self.model, config, tensors, name, where=str(path or name), replace=True)
             self.engine.forget(name)      # new weights under an old name: its stored prompts are stale
-            L.install_adapter(self.model, config, tensors, name, where=str(path or name))
             self.engine.removing.discard(name)
             self.engine.adapters[name] = str(path)
         await self.engine.command(add)
@@ -416,13 +451,25 @@ class Server:
         if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < V for t in prompt_ids):
             raise RequestError(f"{what}: field 'prompt' has token ids outside [0, {V})")
         room = self.engine.max_model_len - len(prompt_ids)
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or room
-        if max_tokens < 1 or max_tokens > room:
+        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None),
+                          max(room, 1))
+        if max_tokens < 1:      # vLLM: 400 (0 is not "the rest of the context")
+            raise RequestError(f"{what}: max_tokens must be at least 1, got {max_tokens}")
+        if max_tokens > room:
             raise RequestError(f"{what}: this model's maximum context length is {self.engine.max_model_len} "
                                f"tokens; the prompt has {len(prompt_ids)} and max_tokens is {max_tokens}")
         t, p, k = body.get("temperature"), body.get("top_p"), body.get("top_k")
-        if t is not None and t < 0 or p is not None and not 0 < p <= 1 or k is not None and k < -1:
-            raise RequestError(f"{what}: temperature must be >= 0, top_p in (0, 1], top_k >= -1")
+        if t is not None and not (math.isfinite(t) and t >= 0):
+            raise RequestError(f"{what}: temperature must be a finite number >= 0, got {t}")
+        if p is not None and not 0 < p <= 1:          # NaN fails the comparison too
+            raise RequestError(f"{what}: top_p must be in (0, 1], got {p}")
+        if k is not None and k < -1:
+            raise RequestError(f"{what}: top_k must be -1 (off), 0 (off) or positive, got {k}")
+        seed = body.get("seed")
+        if seed is not None and not -2**63 <= seed < 2**63:
+            raise RequestError(f"{what}: seed must be a 64-bit signed integer, got {seed}")
+        if t is not None and t < SAMPLING_EPS:
+            t = 0.0                   # as vLLM: below 1e-5 is greedy (1e-300 would overflow the softmax)
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else stop
         if not all(isinstance(s, str) for s in stop):
@@ -431,11 +478,19 @@ class Server:
                        1.0 if t is None else float(t), 1.0 if p is None else float(p), max(k or 0, 0),
                        body.get("seed"), stop, set(self.fmt.eos_token_ids))
 
-    async def _run(self, req):
-        """Wait for a request's tokens; yields ('token', id, lp) events, then ('done', reason)."""
+    async def _run(self, req, request=None):
+        """Wait for a request's tokens; yields ('token', id, lp) events, then ('done', reason). If the HTTP
+        client of `request` goes away, the engine stops decoding it (aiohttp does not cancel the handler)."""
         self.engine.submit(req)
         while True:
-            ev = await req.events.get()
+            if request is not None and (request.transport is None or request.transport.is_closing()):
+                req.cancelled = True
+            try:
+                ev = await asyncio.wait_for(req.events.get(), 1.0)
+            except asyncio.TimeoutError:
+                if not self.engine.alive():
+                    raise RequestError("the engine has stopped", 503, "ServiceUnavailableError") from None
+                continue
             if ev[0] == "error":
                 raise RequestError(ev[1], 500, "InternalServerError")
             yield ev
@@ -478,7 +533,7 @@ class Server:
         if body.get("stream"):
             return await self._stream_chat(request, req, body, rid, created, model_name, parse_tools, want_lp,
                                            want_ids)
-        async for _ in self._run(req):
+        async for _ in self._run(req, request):
             pass
         content, calls = self._parse(req, parse_tools, tools)
         finish = "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
@@ -531,7 +586,7 @@ class Server:
         await send({"role": "assistant", "content": ""}, extra={"prompt_token_ids": req.prompt_ids} if want_ids else None)
         sent = ""
         try:
-            async for ev in self._run(req):
+            async for ev in self._run(req, request):
                 if ev[0] != "token":
                     continue
                 now = self._stream_text(req, parse_tools)
@@ -567,7 +622,7 @@ class Server:
         if body.get("stream"):
             raise RequestError("completions: streaming is only implemented for chat/completions")
         req = self._request(body, prompt, "completions")
-        async for _ in self._run(req):
+        async for _ in self._run(req, request):
             pass
         choice = {"index": 0, "text": self._final_text(req), "finish_reason": req.finish_reason, "stop_reason": None,
                   "logprobs": {"tokens": [self.fmt.decode([t]) for t in req.out_ids], "token_logprobs": req.out_lps,

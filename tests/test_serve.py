@@ -3,6 +3,7 @@ import asyncio
 import collections
 import json
 import os
+import shutil
 import stat
 import sys
 
@@ -50,6 +51,12 @@ async def post(url, path, body, raw=False):
         async with s.post(url + path, data=body if raw else json.dumps(body)) as r:
             text = await r.text()
             return r.status, (json.loads(text) if r.content_type == "application/json" else text)
+
+
+async def get(url, path):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + path) as r:
+            return r.status, await r.json()
 
 
 async def stream(url, body):
@@ -270,6 +277,14 @@ def test_48_concurrent_streaming_sessions_complete(env):
     (json.dumps({"messages": [{"role": "user", "content": "x" * 40000}]}), 400, "maximum context length"),
     (json.dumps({"messages": ASK, "model": "nope"}), 404, "does not exist"),
     (json.dumps([1, 2]), 400, "JSON object"),
+    # found by a red team: each used to kill the engine thread (a 200 /health and every later request hanging)
+    # or give a 500; now a 400 naming the field, as vLLM
+    ('{"messages": %s, "temperature": NaN}' % json.dumps(ASK), 400, "temperature"),
+    ('{"messages": %s, "temperature": Infinity}' % json.dumps(ASK), 400, "temperature"),
+    ('{"messages": %s, "top_p": NaN}' % json.dumps(ASK), 400, "top_p"),
+    (json.dumps({"messages": ASK, "seed": 2**63}), 400, "seed"),
+    (json.dumps({"messages": ASK, "max_tokens": 0}), 400, "max_tokens must be at least 1"),
+    (json.dumps({"messages": ASK, "max_completion_tokens": 0, "max_tokens": 5}), 400, "at least 1"),
 ])
 def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(env, body, status, needle):
     got, err = run(post(env["url"], "/v1/chat/completions", body, raw=True))
@@ -400,3 +415,94 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     assert answer["choices"][0]["message"]["role"] == "assistant"
     cmd, env = S.vllm_command(ckpt, 1, api_key="hrl-secret")
     assert env["VLLM_API_KEY"] == "hrl-secret" and "hrl-secret" not in " ".join(cmd)   # not on the command line
+
+
+
+# ----------------------------------------------------------------------------- faults: the engine never wedges
+
+def test_a_tiny_temperature_is_greedy_not_a_dead_engine(env):
+    body = {"messages": ASK, "max_tokens": 4, "logprobs": True}
+    got, tiny = run(post(env["url"], "/v1/chat/completions", {**body, "temperature": 1e-300}))
+    _, greedy = run(post(env["url"], "/v1/chat/completions", {**body, "temperature": 0}))
+    assert got == 200 and tiny["choices"][0]["message"] == greedy["choices"][0]["message"]
+
+
+def test_a_diverged_adapter_fails_its_requests_not_the_server(env, tmp_path):
+    """NaN weights (a diverged adapter in training) at temperature > 0: that request gets a clear error, and
+    the base and other adapters keep answering."""
+    m = M.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
+    L.add_lora(m, rank=4, adapters=("nan",), seed=0)
+    with torch.no_grad():
+        for p in L.lora_parameters(m, "nan"):
+            p.fill_(float("nan"))
+    assert load(env, "diverged", L.save_adapter(m, tmp_path / "nan", adapter="nan"))[0] == 200
+    got, err = run(post(env["url"], "/v1/chat/completions", {"model": "diverged", "messages": ASK, "max_tokens": 4,
+                                                             "temperature": 1.0}))
+    assert got == 500 and "non-finite logits" in err["message"] and "diverged" in err["message"]
+    assert run(post(env["url"], "/v1/chat/completions", {"messages": ASK, "max_tokens": 4}))[0] == 200
+    assert run(post(env["url"], "/v1/unload_lora_adapter", {"lora_name": "diverged"}))[0] == 200
+
+
+def test_a_bad_in_place_load_leaves_the_old_adapter_serving_a_running_stream(env, tmp_path):
+    """load_inplace of a file that does not fit, while a stream decodes with the adapter: 400 naming the
+    problem, the old weights stay (listed and answering), the stream ends normally."""
+    assert load(env, "live", env["rand"])[0] == 200
+    bad = tmp_path / "bad"
+    shutil.copytree(env["rand"], bad)
+    cfg = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**cfg, "r": cfg["r"] * 2}))      # shapes no longer fit
+    alpha = tmp_path / "alpha"
+    shutil.copytree(env["rand"], alpha)
+    (alpha / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": "sixteen"}))
+    body = {"model": "live", "messages": ASK, "max_tokens": 40, "temperature": 0, "logprobs": True}
+    _, before = run(post(env["url"], "/v1/chat/completions", body))
+
+    async def go():
+        streaming = asyncio.create_task(stream(env["url"], body))
+        await asyncio.sleep(0.05)
+        bad_load = await post(env["url"], "/v1/load_lora_adapter", {"lora_name": "live", "lora_path": str(bad),
+                                                                     "load_inplace": True})
+        alpha_load = await post(env["url"], "/v1/load_lora_adapter", {"lora_name": "live", "lora_path": str(alpha),
+                                                                       "load_inplace": True})
+        return bad_load, alpha_load, await streaming
+    (got, err), (got_a, err_a), chunks = run(go())
+    assert got == 400 and "rank" in err["message"] and got_a == 400 and "lora_alpha" in err_a["message"]
+    assert chunks[-1]["choices"] == [] or chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    _, models = run(get(env["url"], "/v1/models"))
+    assert "live" in [c["id"] for c in models["data"]]
+    _, after = run(post(env["url"], "/v1/chat/completions", body))
+    assert after["choices"][0]["message"] == before["choices"][0]["message"]           # the old weights answer
+    assert run(post(env["url"], "/v1/unload_lora_adapter", {"lora_name": "live"}))[0] == 200
+
+
+def test_a_client_that_leaves_stops_its_decoding(env):
+    """Non-streaming: aiohttp does not cancel the handler when its client goes away; the engine must still
+    stop decoding for it (else shutdown waits for every abandoned request)."""
+    engine = env["engine"]
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            try:
+                await asyncio.wait_for(s.post(env["url"] + "/v1/chat/completions", json={
+                    "messages": ASK, "max_tokens": 1500, "temperature": 1.0, "stop": ["\u0000never"]}), 0.5)
+            except asyncio.TimeoutError:
+                pass                       # the client gives up and closes its connection
+        for _ in range(100):
+            if not engine.active:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+    assert run(go()), "the engine kept decoding a request nobody waits for"
+
+
+def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
+    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
+    try:
+        assert S._healthy(h.url)
+        h.server.engine.stop()
+        assert not S._healthy(h.url)
+        got, err = run(post(h.url, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))
+        assert got == 503 and "engine" in err["message"]           # an answer, not a hang
+    finally:
+        h.stop()
