@@ -155,9 +155,11 @@ class Proxy:
             return web.json_response({"error": {"message": "expected a JSON chat request with messages"}}, status=400)
         tools = body.get("tools") or None
         name, version = self.adapter()
-        limit = body.get("max_completion_tokens") or body.get("max_tokens") or self.sampling["max_tokens"]
+        # the harness's own limit counts only if it is a sane one; the trainer's is the ceiling either way
+        asked = [v for v in (body.get("max_completion_tokens"), body.get("max_tokens"))
+                 if isinstance(v, int) and not isinstance(v, bool) and v > 0]
         req = {"model": name, "messages": messages, "temperature": self.sampling["temperature"],
-               "top_p": self.sampling["top_p"], "max_tokens": min(limit, self.sampling["max_tokens"]),
+               "top_p": self.sampling["top_p"], "max_tokens": min(asked[:1] + [self.sampling["max_tokens"]]),
                "stream": False, "logprobs": True, "top_logprobs": 0, "return_token_ids": True}
         if tools:
             req["tools"] = tools
@@ -173,10 +175,7 @@ class Proxy:
                 self.in_use[name] -= 1
                 if not self.in_use[name]:
                     del self.in_use[name]
-            choice = resp["choices"][0]
-            msg = {"role": "assistant", "content": choice["message"].get("content"),
-                   "tool_calls": list(choice["message"].get("tool_calls") or [])}
-            finish = choice.get("finish_reason") or "stop"
+            choice, msg, finish = _read_reply(resp)
         except Exception as e:
             text = str(e)
             if CONTEXT_ERROR in text:     # the session outgrew the context: end it normally, still graded
@@ -194,7 +193,7 @@ class Proxy:
             self._guard(r, msg, tools, messages)
             if not msg["tool_calls"] and finish == "tool_calls":
                 finish = "stop"
-            lps = [x["logprob"] for x in (choice.get("logprobs") or {}).get("content") or []]
+            lps = [x["logprob"] for x in choice["logprobs"]["content"]]
             r.turns.append(grpo.Turn(resp["prompt_token_ids"], choice["token_ids"], lps, version))
             r.exchanges.append((messages, msg, len(r.turns) - 1))
         elif choice is not None:
@@ -210,6 +209,7 @@ class Proxy:
         return web.json_response(out)
 
     def _guard(self, r: Rollout, msg, tools, messages):
+        """Each tool call through the guard; a blocked one is removed and its note added to the content."""
         kept, notes = [], []
         for call in msg["tool_calls"]:
             r.tool_calls += 1
@@ -249,6 +249,40 @@ class Proxy:
             await send(usage_=usage)
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+
+def _read_reply(resp):
+    """(choice, assistant message, finish reason) from the server's reply, checked: what the proxy records
+    for training must be there (token ids, one logprob per token), and every tool call must be well formed
+    (a missing id gets one). Anything else raises ValueError naming what is wrong - the rollout is then
+    ungraded for a server fault, and the harness gets a neutral 400."""
+    choice = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise ValueError("server reply has no choices[0].message")
+    ids, prompt = choice.get("token_ids"), resp.get("prompt_token_ids")
+    if not (isinstance(ids, list) and isinstance(prompt, list) and prompt):
+        raise ValueError("server reply has no token_ids / prompt_token_ids (vLLM needs return_token_ids: a "
+                         "version that supports it)")
+    lps = ((choice.get("logprobs") or {}).get("content") or []) if isinstance(choice.get("logprobs"), dict) else []
+    if len(lps) != len(ids) or not all(isinstance(x, dict) and isinstance(x.get("logprob"), (int, float))
+                                       for x in lps):
+        raise ValueError(f"server reply has {len(lps)} logprobs for {len(ids)} tokens")
+    calls = choice["message"].get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ValueError("server reply: tool_calls is not a list")
+    for c in calls:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or \
+                not isinstance(fn.get("arguments", ""), (str, dict)):
+            raise ValueError(f"server reply: malformed tool call {json.dumps(c)[:200]}")
+        if not isinstance(c.get("id"), str) or not c["id"]:
+            c["id"] = f"call_{uuid.uuid4().hex[:24]}"          # the harness pairs results with calls by id
+        if isinstance(fn.get("arguments"), dict):
+            fn["arguments"] = json.dumps(fn["arguments"])
+        fn.setdefault("arguments", "")
+    content = choice["message"].get("content")
+    msg = {"role": "assistant", "content": content if isinstance(content, str) else None, "tool_calls": list(calls)}
+    return choice, msg, choice.get("finish_reason") or "stop"
 
 
 # ----------------------------------------------------------------------------- one rollout

@@ -39,8 +39,9 @@ class Upstream:
     """Answers like our server / vLLM: first turn a shell tool call running `command`, then 'done'.
     Records what it returned, and the requests it saw."""
 
-    def __init__(self, command=SOLVE, fail=False, hang=False, calls=None):
+    def __init__(self, command=SOLVE, fail=False, hang=False, calls=None, mutate=None):
         self.commands = command if isinstance(command, list) else [command]
+        self.mutate = mutate        # optional: reply dict -> None, changes it in place (a faulty server)
         self.calls = calls          # optional: tool names -> [(name, arguments)], the first turn's calls
         self.fail, self.hang = fail, hang
         self.returned, self.requests = [], []
@@ -80,6 +81,8 @@ class Upstream:
                             "logprobs": {"content": [{"token": "t", "logprob": lp} for lp in lps]}}]}
         if tools:
             self.returned.append((prompt_ids, token_ids, lps))
+        if self.mutate:
+            self.mutate(out)
         return web.json_response(out)
 
     async def start(self):
@@ -522,3 +525,89 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
     first = tick.read_text()
     time.sleep(0.5)
     assert tick.read_text() == first                     # the writer is gone
+
+
+
+def _drop(*path):
+    def mutate(out):
+        d = out
+        for k in path[:-1]:
+            d = d[k]
+        d.pop(path[-1])
+    return mutate
+
+
+def _set_calls(calls):
+    def mutate(out):
+        out["choices"][0]["message"]["tool_calls"] = calls
+        out["choices"][0]["finish_reason"] = "tool_calls"
+    return mutate
+
+
+@pytest.mark.parametrize("fault,mutate", [
+    ("no token ids", _drop("choices", 0, "token_ids")),
+    ("no prompt ids", _drop("prompt_token_ids")),
+    ("logprobs", _drop("choices", 0, "logprobs")),
+    ("malformed tool call", _set_calls([{"id": "c1", "type": "function", "function": "ls"}])),
+    ("tool calls not a list", _set_calls({"name": "bash"})),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_faulty_server_reply_is_a_recorded_error_and_a_neutral_answer(tmp_path, fault, mutate, stream):
+    """Each used to be a 500 with nothing recorded (the rollout not marked ungraded): now the rollout is
+    ungraded for a server fault, with the reason, and the harness gets a well-formed 400."""
+    async def go():
+        import aiohttp
+        up = Upstream(mutate=mutate)
+        url = await up.start()
+        proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0))
+        await proxy.start()
+        r = R.Rollout(make_task(tmp_path / "t"), "mini")
+        proxy.register(r)
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream,
+                "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.base_url(r) + "/chat/completions", json=body,
+                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+                status, text = resp.status, await resp.text()
+        await proxy.stop()
+        await proxy.client.close()
+        await up.runner.cleanup()
+        return status, json.loads(text), r
+    status, answer, r = asyncio.run(go())
+    assert status == 400 and answer["error"]["message"] == "model request failed"
+    assert r.failure == "server" and r.turns == [] and r.errors and r.errors[0].startswith("server: "), r.errors
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_odd_but_usable_requests_and_replies_are_served(tmp_path, stream):
+    """A harness's max_tokens as a string is ignored (the trainer's limit holds); a tool call without an id gets
+    one (the SSE stream used to break off at it); dict arguments become the JSON string harnesses expect."""
+    calls = [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]
+
+    async def go():
+        import aiohttp
+        up = Upstream(mutate=_set_calls(calls))
+        url = await up.start()
+        proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
+        await proxy.start()
+        r = R.Rollout(make_task(tmp_path / "t"), "mini")
+        proxy.register(r)
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream, "max_tokens": "100",
+                "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.base_url(r) + "/chat/completions", json=body,
+                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+                status, text = resp.status, await resp.text()
+        await proxy.stop()
+        await proxy.client.close()
+        await up.runner.cleanup()
+        return status, text, r, up
+    status, text, r, up = asyncio.run(go())
+    assert status == 200 and r.errors == [] and len(r.turns) == 1 and up.requests[0]["max_tokens"] == 77
+    if stream:
+        events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+        assert text.rstrip().endswith("data: [DONE]")
+        call = next(c for e in events for c in (e["choices"][0]["delta"].get("tool_calls") or []) if e["choices"])
+    else:
+        call = json.loads(text)["choices"][0]["message"]["tool_calls"][0]
+    assert call["id"].startswith("call_") and json.loads(call["function"]["arguments"]) == {"command": "ls"}
