@@ -32,6 +32,7 @@ import harnesses as H
 import lora as L
 import model as M
 import rollout as R
+import sandbox as SB
 import serve as S
 import tasks as T
 from train import SHARED, model_path
@@ -151,7 +152,7 @@ async def evaluate(args):
     else:
         handle = S.start_server(args.server, path, run_dir=out, trainers=1)
     client = S.Client(handle.url, handle.api_key)
-    sandbox, warning = R.resolve_sandbox(args.sandbox)
+    sandbox, warning = SB.resolve_sandbox(args.sandbox)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     results, sem = [], asyncio.Semaphore(args.sessions)
@@ -216,7 +217,7 @@ def main(argv=None):
     ap.add_argument("--sessions", type=int, default=48)
     ap.add_argument("--server", default="local")
     ap.add_argument("--guard", default="on", choices=["on", "off"])
-    ap.add_argument("--sandbox", default="auto", choices=R.SANDBOXES, help="as in train.py")
+    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--context", type=int, default=131072)

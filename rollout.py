@@ -10,11 +10,11 @@
   summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
 - `run_rollout`: a fresh sandbox (work dir from the task environment, HOME, TMPDIR), the harness in its
   own process group, killed with its children on timeout, then the verifier. `sandbox="auto"` (default):
-  bubblewrap where it runs (`bwrap_args`: only the system, the harness install and the rollout's own dirs
-  are mounted; own PID namespace, so nothing the agent started outlives it), else "dir" (same user, no
-  isolation: `resolve_sandbox` returns the warning to print). The oracle's files are never mounted, and the
-  verifier runs after the agent's processes are gone. A harness crash, hang or server error leaves the
-  rollout ungraded (score None), never an exception in the pool.
+  bubblewrap where it runs (sandbox.py: only the system, the harness install and the rollout's own dirs are
+  mounted, as `nobody` when we are root, own PID namespace so nothing the agent started outlives it; the
+  verifier runs sandboxed too, since the tests import the agent's code), else "dir" (same user, no
+  isolation: `sandbox.resolve_sandbox` returns the warning to print). The oracle's files are never mounted.
+  A harness crash, hang or server error leaves the rollout ungraded (score None), never an exception.
 - `RolloutPool`: keeps up to `max_sessions` rollouts running, tasks scheduled as groups of `group_size`;
   a group is put on the queue once all its rollouts are done, in order of completion. Each finished
   rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
@@ -32,7 +32,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sys
 import time
 import uuid
@@ -42,6 +41,7 @@ from pathlib import Path
 from aiohttp import web
 
 import grpo
+import sandbox as SB
 import tasks as T
 from guard import Guard
 
@@ -287,148 +287,6 @@ def _read_reply(resp):
 
 # ----------------------------------------------------------------------------- one rollout
 
-# What a bwrap sandbox shows of the machine, read-only: the system (top-level links such as /bin -> usr/bin are
-# recreated as links). Not /home, /root, /tmp, /var, /run (sockets), /mnt, /srv, /work...: the user's files,
-# the project, runs, task suites and every other sandbox stay unmounted.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
-SANDBOXES = ("auto", "bwrap", "dir")
-DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
-               "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
-               "solutions and tests, other rollouts' files and secrets, write other verifiers' reward files, and "
-               "leave processes behind. Only the guard stands in the way (see README, Sandboxes).")
-
-
-def bwrap_args(work, home, tmp, tools=(), hide=()):
-    """The bwrap command prefix for one rollout. Writable: its own work, home and tmp dirs. Read-only: the system
-    (SYSTEM_DIRS) and `tools` (the harness install, the Python and node it runs on). A fresh /tmp, /dev and
-    /proc; its own PID, IPC and UTS namespaces and session; it dies with us, and when the harness exits the
-    PID namespace ends, killing everything the harness started (daemons included). `hide`: paths that must not
-    show even if they lie under a system dir (the project, the task suite, the sandbox root): an empty tmpfs
-    is mounted over them. The network stays shared: the harness must reach the proxy on loopback (the
-    inference server there needs a key only the proxy holds; other hosts are the guard's hosts rule). No
-    capabilities, even when run as root."""
-    # --cap-drop ALL: run as root, bwrap would keep every capability, and an agent could remount /usr
-    # read-write, lift the tmpfs over a hidden dir or mknod the disk and mount it
-    args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    shown, masked = [], []
-    for d in SYSTEM_DIRS:
-        if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-            shown.append(d)
-    for h in sorted({os.path.realpath(h) for h in hide}):
-        if os.path.isdir(h) and _under(h, shown):
-            args += ["--tmpfs", h]
-            masked.append(h)
-    for t in sorted({os.path.realpath(t) for t in tools}):     # sorted: a parent comes before its children
-        if os.path.exists(t) and not (_under(t, shown) and not _under(t, masked)):   # else: visible already
-            args += ["--ro-bind", t, t]
-            shown.append(t)
-    for d in (work, home, tmp):
-        args += ["--bind", str(d), str(d)]
-    return args + ["--chdir", str(work), "--"]
-
-
-def _under(path, dirs):
-    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
-
-
-def tool_paths(harness):
-    """What a harness needs to run, read-only: its install, this Python (mini and the agents' `python3`), node."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    node = shutil.which("node")
-    if node:
-        paths.add(os.path.dirname(os.path.dirname(os.path.realpath(node))))     # <prefix>/bin/node -> <prefix>
-    return sorted(paths | {str(p) for p in harness.sandbox_paths()})
-
-
-_BWRAP_CHECK = {}
-
-
-def bwrap_works():
-    """(ok, why not): whether bubblewrap can build a sandbox on this machine (checked once per process)."""
-    if "ok" not in _BWRAP_CHECK:
-        import subprocess
-        import tempfile
-        if shutil.which("bwrap") is None:
-            _BWRAP_CHECK["ok"] = (False, "bwrap is not installed: apt-get install bubblewrap")
-        else:
-            with tempfile.TemporaryDirectory() as d:
-                try:
-                    p = subprocess.run(bwrap_args(d, d, d) + ["/bin/sh", "-c", "test -d /proc/self"],
-                                       capture_output=True, text=True, timeout=30)
-                    ok = (p.returncode == 0, (p.stderr.strip() or f"exit code {p.returncode}")[:200])
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    ok = (False, str(e))
-            _BWRAP_CHECK["ok"] = ok
-    return _BWRAP_CHECK["ok"]
-
-
-def resolve_sandbox(mode):
-    """--sandbox auto|bwrap|dir -> (mode to use, warning or ""). auto: bwrap where it works, else dir with a
-    warning; bwrap where it does not work: an error."""
-    if mode not in SANDBOXES:
-        raise ValueError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
-    if mode == "dir":
-        return "dir", ""
-    ok, why = bwrap_works()
-    if ok:
-        return "bwrap", ""
-    if mode == "bwrap":
-        raise RuntimeError(f"--sandbox bwrap: bubblewrap cannot run here: {why}")
-    return "dir", DIR_WARNING.format(why=why)
-
-
-def _die_with_parent():
-    """In the child, before exec: SIGKILL it if the trainer dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _kill(proc):
-    """SIGKILL the harness's process group and the processes it started directly (under bwrap: the sandbox's
-    init, whose death ends its PID namespace). Returns those pids, for `_wait_dead`."""
-    pids = _children(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)     # the harness and everything it started in its group
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return pids
-
-
-def _children(pid):
-    try:
-        return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
-    except OSError:
-        return []
-
-
-def _running(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")       # a zombie has run its last instruction
-
-
-async def _wait_dead(pids, timeout=10.0):
-    """Until every pid is dead. A killed sandbox init turns zombie only once every process of its namespace is
-    gone, so after this nothing of the agent can write into the work dir the verifier is about to grade."""
-    deadline = time.monotonic() + timeout
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-
-
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
                       keep=False, sandbox="auto"):
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
@@ -438,7 +296,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
     work, home, tmp = box / "work", box / "home", box / "tmp"
     proc = None
     if sandbox == "auto":
-        sandbox = resolve_sandbox("auto")[0]
+        sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
     proxy.register(r, work, home, private=[Path(root).resolve()])
     try:
@@ -452,14 +310,14 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
         if sandbox == "bwrap":
-            hide = [Path(__file__).resolve().parent, Path(r.task.path).resolve().parent, Path(root).resolve()]
-            argv = bwrap_args(work, home, tmp, tool_paths(harness), hide) + list(argv)
+            SB.own(work, home, tmp)
+            hide = SB.private_paths(Path(r.task.path).resolve().parent, Path(root).resolve())
+            argv = SB.bwrap_args([work, home, tmp], SB.tool_paths(harness.sandbox_paths()), hide) + list(argv)
         elif sandbox != "dir":
             raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
         with open(box / "harness.log", "wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=work, env=env, stdout=log, stderr=log, start_new_session=True,
-                preexec_fn=_die_with_parent,
+                *argv, cwd=work, env=env, stdout=log, stderr=log, **SB.spawn_kw(),
                 stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
             r.pid = proc.pid
             if launch.stdin is not None:
@@ -472,7 +330,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
                 r.timed_out = True
                 r.failure = r.failure or "timeout"
                 r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
-        await _wait_dead(_kill(proc))
+        await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         ok, why = (False, "timed out") if r.timed_out else harness.succeeded(r.exit_code, home, tmp)
         if not ok:
@@ -481,7 +339,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         if r.errors:
             r.score, r.reason = None, r.errors[0]
         else:
-            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message)
+            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message, sandbox=sandbox)
             r.score, r.reason = res.score, res.reason
             if res.score is None:
                 r.failure = "verifier"
@@ -495,7 +353,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         r.failure = r.failure or "setup"
     finally:
         if proc is not None:
-            _kill(proc)
+            SB.kill(proc.pid)
         proxy.unregister(r)
         r.finished = time.time()
         if not keep:

@@ -34,7 +34,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid

@@ -49,7 +49,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,8 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import sandbox as SB
 
 DATA = Path(__file__).resolve().parent / "data"
 SUITES = ("toy", "numbers", "smoldata", "repo2rl")
@@ -280,20 +281,18 @@ def _base_env(home):
 
 
 def _run(argv, cwd, env, timeout, log_path):
-    """Run in a new process group; kill the whole group on timeout (and any leftovers after exit)."""
+    """Run in a new process group; kill the whole group (and, under bwrap, the sandbox) on timeout and any
+    leftovers after exit, and wait until they are gone."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+                             stderr=subprocess.STDOUT, **SB.spawn_kw())
         try:
             rc, timed_out = p.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
             rc, timed_out = None, True
         finally:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            SB.wait_dead(SB.kill(p.pid))
             p.wait()
     out = Path(log_path).read_bytes()[-4000:].decode(errors="replace")
     return rc, timed_out, out, time.monotonic() - t0
@@ -338,8 +337,11 @@ def read_reward(logs_dir):
     return score, rewards, f"{src}: {score:g}"
 
 
-def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None) -> Result:
-    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top)."""
+def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None, sandbox="dir") -> Result:
+    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top).
+    sandbox="bwrap": test.sh runs in a sandbox (sandbox.py) that shows only the work dir, the logs dir and
+    its own home (writable), the tests copy, the agent's output and the tools (read-only) - the tests import
+    the agent's code, which must not reach the suite, other rollouts or the machine, nor outlive the run."""
     workdir = Path(workdir).resolve()
     with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:
         tmp = Path(tmp)
@@ -356,8 +358,14 @@ def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None) -> Res
             "AGENT_OUTPUT": str(tmp / "agent_output.txt")}
         workdir.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
         t = timeout or task.verifier_timeout
-        rc, timed_out, out, secs = _run(["bash", str(tests / "test.sh")], workdir, env, t,
-                                        logs / "test-stdout.txt")
+        argv = ["bash", str(tests / "test.sh")]
+        if sandbox == "bwrap":
+            SB.own(workdir, logs, tmp / "home")
+            argv = SB.bwrap_args([workdir, logs, tmp / "home"], SB.tool_paths([tests, tmp / "agent_output.txt"]),
+                                 SB.private_paths(Path(task.path).resolve().parent)) + argv
+        elif sandbox != "dir":
+            raise ValueError(f"verify: sandbox must be 'bwrap' or 'dir', got {sandbox!r}")
+        rc, timed_out, out, secs = _run(argv, workdir, env, t, logs / "test-stdout.txt")
         if timed_out:
             return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
         score, rewards, reason = read_reward(logs)

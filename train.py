@@ -47,6 +47,7 @@ import harnesses as H
 import lora as L
 import model as M
 import rollout as R
+import sandbox as SB
 import serve as S
 import tasks as T
 
@@ -101,7 +102,7 @@ def parse_args(argv=None):
     ap.add_argument("--run", help="run name (directory under --runs)")
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
-    ap.add_argument("--sandbox", default="auto", choices=R.SANDBOXES,
+    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
                          "isolated or an error; dir: no isolation (see README, Sandboxes)")
     ap.add_argument("--keep-sandboxes", action="store_true")
@@ -490,7 +491,7 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    sandbox, warning = R.resolve_sandbox(cfg.get("sandbox") or "auto")
+    sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")
     if warning:
         print(warning, file=sys.stderr, flush=True)
     pools, proxies, t_start = [], [], time.time()

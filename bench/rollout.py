@@ -23,6 +23,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harnesses as H  # noqa: E402
 import rollout as R  # noqa: E402
+import sandbox as SB  # noqa: E402
 import serve as S  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
@@ -113,7 +114,8 @@ async def first_request(name, sandbox="dir"):
         launch = harness.launch("List the files.", home, work, t, r.id)
         argv = launch.argv
         if sandbox == "bwrap":
-            argv = R.bwrap_args(work, home, t, R.tool_paths(harness), [Path(__file__).resolve().parent.parent]) + argv
+            SB.own(work, home, t)
+            argv = SB.bwrap_args([work, home, t], SB.tool_paths(harness.sandbox_paths()), SB.private_paths()) + argv
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(*argv, cwd=work, env=launch.env, start_new_session=True,
                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
@@ -123,7 +125,7 @@ async def first_request(name, sandbox="dir"):
         proc.stdin.close()
         while "t" not in seen and proc.returncode is None and time.perf_counter() - t0 < 120:
             await asyncio.sleep(0.01)
-        await R._wait_dead(R._kill(proc))
+        SB.wait_dead(SB.kill(proc.pid))
         await proc.wait()
     await proxy.stop()
     await client.close()
@@ -141,10 +143,10 @@ def main():
     if args.only != "b":
         asyncio.run(overhead(args))
     if args.only != "a":
-        boxes = ["dir"] + (["bwrap"] if R.bwrap_works()[0] else [])
+        boxes = ["dir"] + (["bwrap"] if SB.bwrap_works()[0] else [])
         print("(b) start to first chat request, per harness (median of 3, alternating), seconds")
         print(f"    {'':<10}" + "".join(f"{b:>9}" for b in boxes) + ("    bwrap - dir" if len(boxes) == 2 else
-                                                                        f"   (bwrap: {R.bwrap_works()[1]})"))
+                                                                        f"   (bwrap: {SB.bwrap_works()[1]})"))
         for name in args.harnesses.split(","):
             try:
                 ts = {b: [] for b in boxes}

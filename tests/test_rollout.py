@@ -13,6 +13,7 @@ from aiohttp import web
 import grpo as G
 import harnesses as H
 import rollout as R
+import sandbox as SB
 import serve as S
 import tasks as T
 
@@ -308,6 +309,13 @@ for p in /v1/models /v1/%6coad_lora_adapter /v1/chat/%63ompletions /v1/unload_lo
     {server_url}$p)"
 done
 setsid nohup sh -c 'while true; do echo {marker} > /dev/null; sleep 0.2; done' >/dev/null 2>&1 &
+# for the verifier: its test.sh runs this, as a repo's hidden tests import the agent's code
+cat > check.sh <<'CHECK'
+cat {task_dir}/solution/solve.sh {root}/*/home/.mini/config.json > leak.txt 2>&1
+for w in {root}/*/work; do echo 42 > $w/answer.txt; done
+touch {systmp}/escaped-verifier
+setsid nohup sh -c 'while true; do echo {marker}-verifier > /dev/null; sleep 0.2; done' >/dev/null 2>&1 &
+CHECK
 for i in $(seq 50); do
   for d in {systmp}/harness-rl-verify-*/logs; do echo '{{"reward": 1}}' > $d/reward.json 2>/dev/null; done
   for w in {root}/*/work; do echo 42 > $w/answer.txt 2>/dev/null; done
@@ -327,6 +335,10 @@ def private_tmp(tmp_path, monkeypatch):
     return d
 
 
+def private_tmp_dir(tmp_path):
+    return tmp_path / "systmp"
+
+
 def _alive(marker):
     import subprocess
     return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
@@ -343,6 +355,8 @@ async def _probe_run(tmp, sandbox, systmp):
         with open(task.path / f, "a") as fh:
             fh.write(f"# {ORACLE}\n")
     root, marker = tmp / "sandboxes", f"daemon-{os.getpid()}-{sandbox}"
+    probe_task = make_task(tmp / "tasks", "probe-task")     # its grader runs the agent's check.sh
+    (probe_task.path / "tests" / "test.sh").write_text('bash "$WORKDIR/check.sh"; echo 0 > "$LOGS_DIR/reward.txt"\n')
     vup, pup = Upstream(command="sleep 2"), Upstream(command=probe_script(task.path, root, server.url, marker, systmp))
     ups, proxies = [vup, pup], []
     try:
@@ -352,12 +366,12 @@ async def _probe_run(tmp, sandbox, systmp):
             await proxies[-1].start()
         harness = H.get_harness("mini")
         victims = [R.Rollout(task, "mini", index=i) for i in range(2)]
-        probe = R.Rollout(task, "mini", index=2)
+        probe = R.Rollout(probe_task, "mini", index=2)
         await asyncio.gather(*(R.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True)
                                for v in victims),
                              R.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True))
         await asyncio.sleep(1.0)
-        alive = _alive(marker)
+        alive = _alive(marker) or _alive(f"{marker}-verifier")
         adapters = dict(server.server.engine.adapters)
     finally:
         for p in proxies:
@@ -371,19 +385,21 @@ async def _probe_run(tmp, sandbox, systmp):
             import subprocess
             subprocess.run(["pkill", "-9", "-f", marker])
     seen = json.dumps([q["messages"] for q in pup.requests])      # everything the probe's model was shown
+    leak = root / probe.id / "work" / "leak.txt"                  # what its code read while being graded
+    seen += leak.read_text(errors="replace") if leak.exists() else ""
     return victims, probe, seen, alive, adapters
 
 
 def need_bwrap():
     """CI sets HARNESS_RL_REQUIRE_BWRAP: there the isolation tests fail, not skip, without bubblewrap."""
-    ok, why = R.bwrap_works()
+    ok, why = SB.bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
 
 
 def test_default_sandbox_stops_a_hostile_probe(tmp_path, monkeypatch):
     need_bwrap()
-    assert R.resolve_sandbox("auto") == ("bwrap", "")
+    assert SB.resolve_sandbox("auto") == ("bwrap", "")
     victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "auto", private_tmp(tmp_path, monkeypatch)))
     assert "probe done" in seen, seen[-2000:]                     # the probe ran to its end
     assert ORACLE not in seen                                      # no oracle text reached the model
@@ -393,7 +409,9 @@ def test_default_sandbox_stops_a_hostile_probe(tmp_path, monkeypatch):
     assert all(v.id not in seen for v in victims)                  # not even a sibling's listing
     for p in ("/v1/models", "/v1/%6coad_lora_adapter", "/v1/chat/%63ompletions", "/v1/unload_lora_adapter"):
         assert f"server {p} 401" in seen                           # the server wants the proxy's key
-    assert adapters == {} and not alive                            # nothing loaded; the daemon died with it
+    assert adapters == {} and not alive                            # nothing loaded; the daemons died with it
+    assert probe.score == 0.0 and not (private_tmp_dir(tmp_path) / "escaped-verifier").exists()
+    assert all((tmp_path / "sandboxes" / v.id / "work" / "answer.txt").exists() is False for v in victims)
 
 
 def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path, monkeypatch):
@@ -481,21 +499,27 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
     (system / "proj" / ".venv" / "bin" / "tool").write_text("a tool")
     (system / "other").mkdir()
     (system / "other" / "lib.txt").write_text("system file")
-    monkeypatch.setattr(R, "SYSTEM_DIRS", R.SYSTEM_DIRS + (str(system),))
+    monkeypatch.setattr(SB, "SYSTEM_DIRS", SB.SYSTEM_DIRS + (str(system),))
     box = tmp_path / "box"
     dirs = [box / d for d in ("work", "home", "tmp")]
     for d in dirs:
         d.mkdir(parents=True)
-    argv = R.bwrap_args(*dirs, tools=[system / "proj" / ".venv"], hide=[system / "proj"])
+    SB.own(*dirs)
+    argv = SB.bwrap_args(dirs, readonly=[system / "proj" / ".venv"], hide=[system / "proj"])
     p = subprocess.run(argv + ["/bin/sh", "-c", f"cat {system}/proj/data/t/solution/solve.sh; "
                                f"cat {system}/proj/.venv/bin/tool {system}/other/lib.txt; echo ok > {dirs[0]}/w; "
                                f"umount {system}/proj; mount -o remount,rw {system}; touch {system}/other/x; "
-                               "grep CapEff /proc/self/status"],
-                       capture_output=True, text=True)
+                               "grep CapEff /proc/self/status; cat /proc/sys/kernel/core_pattern > core; "
+                               "cat core > /proc/sys/kernel/core_pattern && echo SYSCTL-WRITTEN; id -u"],
+                       capture_output=True, text=True, **SB.spawn_kw())
     assert ORACLE not in p.stdout and "No such file" in p.stderr
     assert "a tool" in p.stdout and "system file" in p.stdout and (dirs[0] / "w").read_text() == "ok\n"
     # no capabilities, even as root: the mask cannot be lifted nor the system remounted writable
     assert "CapEff:\t0000000000000000" in p.stdout and not (system / "other" / "x").exists(), p.stdout + p.stderr
+    # /proc/sys stays read-only: a write to kernel/core_pattern would run a program as root outside (red team);
+    # and as root, the command runs as nobody
+    assert "SYSCTL-WRITTEN" not in p.stdout and "core_pattern" in p.stderr
+    assert p.stdout.split()[-1] == (str(SB.NOBODY) if os.geteuid() == 0 else str(os.geteuid()))
 
 
 def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):

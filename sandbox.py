@@ -1,0 +1,217 @@
+"""Sandboxes: bubblewrap around an untrusted command (an agent's harness, a verifier running the agent's code).
+
+    own(work, home, tmp)                       # when we are root: the dirs go to the sandbox's user
+    argv = bwrap_args(writable=[work, home, tmp], readonly=tool_paths(), hide=[project, suite]) + command
+    proc = Popen(argv, **spawn_kw())
+    pids = kill(proc.pid); wait_dead(pids)     # the whole sandbox, not only its first process
+
+What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links recreated), the `readonly`
+paths (the harness install, this Python, node), the `writable` dirs, a fresh /tmp, /dev and /proc (with
+/proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities; when its
+first process exits the PID namespace ends and everything it started dies (daemons included). `hide`: paths
+that must not show even if they lie under a shown dir (a project in /opt): an empty tmpfs goes over them.
+Not mounted at all: /home, /root, /var, /run (sockets), /mnt, /srv, ... - the user's files, the project,
+runs, task suites and the other sandboxes.
+
+Run as root, the sandboxed command runs as `nobody` (65534): root without capabilities still passes the
+owner checks of /proc/sys (a write to kernel/core_pattern runs a program as root outside every sandbox)
+and of every root-owned file. bwrap itself stays root (it mounts from the host's view, where the sandbox
+dirs may sit under 0700 dirs such as pytest's), keeps only CAP_SETUID/SETGID, and `setpriv` inside drops
+to nobody, which clears those too (no_new_privs: no setuid binary gives them back). The writable dirs are
+handed to nobody first (`own`). Run as any other user, the command keeps that user's uid (nothing to drop;
+the namespaces still apply).
+
+`resolve_sandbox("auto")`: bwrap where it works here (checked once, as it will run), else "dir" with a
+warning. "dir" is no isolation: the same user, no mounts, no PID namespace (see DIR_WARNING).
+
+Left out: network isolation (the harness must reach its proxy on loopback; the guard's hosts rule is the
+recipe's network policy), CPU / memory limits, seccomp filters, one uid per sandbox (they share `nobody`,
+kept apart by mounts and PID namespaces), containers.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
+SANDBOXES = ("auto", "bwrap", "dir")
+NOBODY = 65534           # uid and gid the sandboxed command runs as when we are root
+DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
+               "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
+               "solutions and tests, other rollouts' files and secrets, write other verifiers' reward files, and "
+               "leave processes behind. Only the guard stands in the way (see README, Isolation).")
+
+
+def _under(path, dirs):
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def bwrap_args(writable, readonly=(), hide=(), chdir=None):
+    """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir."""
+    # --cap-drop ALL: run as root, bwrap would keep every capability (remount /usr read-write, lift a mask);
+    # as root it keeps SETUID/SETGID for the drop to nobody at the end, which clears them
+    root = os.geteuid() == 0
+    caps = ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if root else []
+    args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL", *caps, "--dev", "/dev", "--proc", "/proc",
+            "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+            "--tmpfs", "/tmp"]
+    shown = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+            shown.append(d)
+    hidden = sorted({os.path.realpath(h) for h in hide if os.path.isdir(h)})
+    tools = [t for t in sorted({os.path.realpath(t) for t in readonly}) if os.path.exists(t)]
+    late = [t for t in tools if _under(t, hidden)]          # a venv inside the project: bound after the mask
+    for t in [t for t in tools if t not in late]:           # sorted: a parent comes before its children
+        if not _under(t, shown):
+            args += ["--ro-bind", t, t]
+            shown.append(t)
+    for h in hidden:                                        # under any shown dir, system or tool
+        if _under(h, shown):
+            args += ["--tmpfs", h]
+    for t in late:                                          # under a mask: bound again, after it
+        if not _under(t, [u for u in late if u < t]):
+            args += ["--ro-bind", t, t]
+        shown.append(t)
+    for d in writable:
+        args += ["--bind", str(d), str(d)]
+    # bwrap copies the modes of the host dirs above a mount point (/root and pytest's dirs are 0700): let
+    # nobody pass through them (they hold nothing but the way to the mount)
+    parents = {str(a) for d in [*writable, *tools] for a in Path(d).parents
+               if str(a) != "/" and not _under(str(a), shown + [str(w) for w in writable])}
+    for a in sorted(parents):
+        args += ["--chmod", "0755", a]
+    args += ["--chdir", str(chdir or writable[0]), "--"]
+    if root:
+        args += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                 "--clear-groups", "--inh-caps=-all", "--"]
+    return args
+
+
+def tool_paths(extra=()):
+    """What a sandboxed command needs to run, read-only: this Python (mini, the agents' and the verifiers'
+    `python3`), node (pi, opencode), and `extra` (a harness install)."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    node = shutil.which("node")
+    if node:
+        paths.add(os.path.dirname(os.path.dirname(os.path.realpath(node))))     # <prefix>/bin/node -> <prefix>
+    return sorted(paths | {str(p) for p in extra})
+
+
+def private_paths(*more):
+    """Paths a sandbox must never show, wherever they live: the project (data/, runs/), the user's HOME."""
+    return [Path(__file__).resolve().parent, Path.home(), *more]
+
+
+def _die_with_parent():
+    """In the child, before exec: SIGKILL it if we die, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def spawn_kw():
+    """Popen / create_subprocess_exec keywords: its own session (killed as a group) and death with us."""
+    return {"start_new_session": True, "preexec_fn": _die_with_parent}
+
+
+def own(*dirs):
+    """Hand the writable dirs (recursively) to the user the sandbox runs as (only needed when we are root)."""
+    if os.geteuid() != 0:
+        return
+    for d in dirs:
+        os.chmod(d, 0o755)          # bwrap (root, but without DAC capabilities) must enter it
+        for root, subdirs, files in os.walk(d):
+            for name in [root] + [os.path.join(root, n) for n in subdirs + files]:
+                os.lchown(name, NOBODY, NOBODY)
+
+
+def kill(pid):
+    """SIGKILL a process group and the processes its leader started directly (under bwrap: the sandbox's init,
+    whose death ends its PID namespace). Returns those pids, for `wait_dead`."""
+    pids = children(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pids
+
+
+def children(pid):
+    try:
+        return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
+    except OSError:
+        return []
+
+
+def running(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")       # a zombie has run its last instruction
+
+
+def wait_dead(pids, timeout=10.0):
+    """Until every pid is dead (a killed sandbox init turns zombie only once its whole namespace is gone)."""
+    deadline = time.monotonic() + timeout
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+_CHECK = {}
+
+
+def bwrap_works():
+    """(ok, why not): whether bubblewrap builds a sandbox here, as it will run (checked once per process). A
+    sandbox whose /proc/sys is writable does not count: that is a way out."""
+    if "ok" not in _CHECK:
+        if shutil.which("bwrap") is None:
+            _CHECK["ok"] = (False, "bwrap is not installed: apt-get install bubblewrap")
+        elif os.geteuid() == 0 and shutil.which("setpriv") is None:
+            _CHECK["ok"] = (False, "run as root, the sandbox drops to nobody with setpriv (util-linux), not found")
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                own(d)
+                probe = "test -d /proc/self && ! test -w /proc/sys/kernel/core_pattern && touch ok"
+                try:
+                    p = subprocess.run(bwrap_args([d], tool_paths()) + ["/bin/sh", "-c", probe], capture_output=True,
+                                       text=True, timeout=30, **spawn_kw())
+                    ok = os.path.exists(os.path.join(d, "ok"))
+                    _CHECK["ok"] = (ok, "" if ok else (p.stderr.strip() or "/proc/sys is writable inside "
+                                                       f"(exit code {p.returncode})")[:200])
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    _CHECK["ok"] = (False, str(e)[:200])
+    return _CHECK["ok"]
+
+
+def resolve_sandbox(mode):
+    """--sandbox auto|bwrap|dir -> (mode to use, warning or ""). auto: bwrap where it works, else dir with a
+    warning; bwrap where it does not work: an error."""
+    if mode not in SANDBOXES:
+        raise ValueError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
+    if mode == "dir":
+        return "dir", ""
+    ok, why = bwrap_works()
+    if ok:
+        return "bwrap", ""
+    if mode == "bwrap":
+        raise RuntimeError(f"--sandbox bwrap: bubblewrap cannot run here: {why}")
+    return "dir", DIR_WARNING.format(why=why)
