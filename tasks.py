@@ -148,6 +148,9 @@ def load_task(path) -> Task:
     if unknown:
         raise TaskError(f"{toml_path}: [guard] has unknown keys {unknown}")
     guard["allow_hosts"] += [h for h in env.get("allowed_hosts", []) if h not in guard["allow_hosts"]]
+    venv = table("verifier").get("env", {})
+    if not isinstance(venv, dict) or not all(isinstance(v, (str, int, float, bool)) for v in venv.values()):
+        raise TaskError(f"{toml_path}: [verifier] env must be a table of strings, got {venv!r}")
     suite = path.parent.name
     return Task(
         name=str(table("task").get("name") or path.name),
@@ -298,14 +301,22 @@ def _run(argv, cwd, env, timeout, log_path):
     return rc, timed_out, out, time.monotonic() - t0
 
 
-def run_oracle(task, workdir, timeout=None):
-    """Run solution/solve.sh in workdir (cwd), SOLUTION_DIR = a copy of solution/. -> (rc, output)."""
+def run_oracle(task, workdir, timeout=None, sandbox="dir"):
+    """Run solution/solve.sh in workdir (cwd), SOLUTION_DIR = a copy of solution/. -> (rc, output).
+    sandbox="bwrap": it sees only the work dir and its own home (writable), the copy and the tools - a bad
+    oracle cannot damage the suite (its own tests/ included) or anything else."""
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-") as tmp:
-        sol = Path(tmp) / "solution"
+        sol, home = Path(tmp) / "solution", Path(tmp) / "home"
         shutil.copytree(Path(task.path) / "solution", sol)
-        env = _base_env(tmp) | {"SOLUTION_DIR": str(sol), "WORKDIR": str(Path(workdir).resolve())}
-        rc, timed_out, out, _ = _run(["bash", str(sol / "solve.sh")], workdir, env,
-                                     timeout or task.agent_timeout, Path(tmp) / "solve.log")
+        home.mkdir()
+        workdir = Path(workdir).resolve()
+        env = _base_env(home) | {"SOLUTION_DIR": str(sol), "WORKDIR": str(workdir)}
+        argv = ["bash", str(sol / "solve.sh")]
+        if sandbox == "bwrap":
+            SB.own(workdir, home)
+            argv = SB.bwrap_args([workdir, home], SB.tool_paths([sol]),
+                                 SB.private_paths(Path(task.path).resolve().parent)) + argv
+        rc, timed_out, out, _ = _run(argv, workdir, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
     return (None if timed_out else rc), out
 
 
@@ -435,9 +446,18 @@ def _leaks(task, before, after):
     return problems
 
 
-def check_task(task_dir) -> list[Failure]:
-    """Run the six checks on one task directory; [] when it passes."""
-    task_dir = Path(task_dir)
+def check_task(task_dir, sandbox="dir") -> list[Failure]:
+    """Run the six checks on one task directory; [] when it passes. Anything that goes wrong inside a check
+    (a broken task, an oracle that deletes its tests) is that check's failure, with the message - never an
+    exception that ends the other tasks' checks. sandbox="bwrap": the oracle and the verifier run sandboxed."""
+    stage = [1]
+    try:
+        return _check_task(Path(task_dir), sandbox, stage)
+    except Exception as e:          # noqa: BLE001 - reported as the failing check, with its message
+        return [Failure(stage[0], CHECKS[stage[0]], f"{type(e).__name__}: {e}")]
+
+
+def _check_task(task_dir, sandbox, stage):
     try:
         task = load_task(task_dir)
     except TaskError as e:
@@ -460,6 +480,7 @@ def check_task(task_dir) -> list[Failure]:
         return fails
     with tempfile.TemporaryDirectory(prefix="harness-rl-check-") as tmp:
         tmp = Path(tmp)
+        stage[0] = 2
         try:
             work = materialize(task, tmp / "oracle")
         except OSError as e:
@@ -468,17 +489,21 @@ def check_task(task_dir) -> list[Failure]:
         expected = {rel for rel in _files(env) if rel not in DOCKER_FILES}
         if set(env_files) != expected:
             fail(2, f"work dir differs from environment/: {sorted(set(env_files) ^ expected)[:5]}")
-        rc, out = run_oracle(task, work)
+        stage[0] = 3
+        rc, out = run_oracle(task, work, sandbox=sandbox)
         after = _files(work)
         if rc != 0:
             fail(3, f"solve.sh {'timed out' if rc is None else f'exited {rc}'}: {out[-300:]}")
-        first, second = verify(task, work), verify(task, work)
+        def grade(w):
+            return verify(task, w, sandbox=sandbox)
+        first, second = grade(work), grade(work)
         if first.score is None or abs(first.score - 1.0) > 1e-9:
             fail(3, f"oracle scored {first.score}: {first.reason} {first.output[-300:]}".strip())
         if (first.score, first.rewards) != (second.score, second.rewards):
             fail(5, f"oracle work dir graded {first.score} then {second.score}")
+        stage[0] = 4
         noop = materialize(task, tmp / "noop")
-        n1, n2 = verify(task, noop), verify(task, noop)
+        n1, n2 = grade(noop), grade(noop)
         if n1.score != 0.0:
             fail(4, f"no-op scored {n1.score}: {n1.reason}")
         if (n1.score, n1.rewards) != (n2.score, n2.rewards) and not any(f.check == 5 for f in fails):
@@ -486,20 +511,21 @@ def check_task(task_dir) -> list[Failure]:
         gone = materialize(task, tmp / "deleted")
         for p in gone.iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        d = verify(task, gone)
+        d = grade(gone)
         if d.score != 0.0:
             fail(4, f"deleting the work dir's files scored {d.score}: {d.reason}")
+        stage[0] = 6
         for problem in _leaks(task, env_files, after):
             fail(6, problem)
     return fails
 
 
-def check_tasks(dirs, workers=None) -> dict:
+def check_tasks(dirs, workers=None, sandbox="dir") -> dict:
     """check_task over many task dirs in parallel (the work is in subprocesses, so threads suffice)."""
     dirs = [Path(d).resolve() for d in dirs]
     workers = workers or 2 * (os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(dirs, pool.map(check_task, dirs)))
+        return dict(zip(dirs, pool.map(lambda d: check_task(d, sandbox), dirs)))
 
 
 def _print_table(tasks):
@@ -520,6 +546,8 @@ def main(argv=None):
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
     c.add_argument("dir")
     c.add_argument("-j", "--workers", type=int, default=None)
+    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
+                   help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
     s = sub.add_parser("split", help="print the holdout manifest of the tasks under DIR")
     s.add_argument("dir")
     s.add_argument("--seed", type=int, default=0)
@@ -529,7 +557,10 @@ def main(argv=None):
         return 0
     t0 = time.time()
     dirs = task_dirs(resolve_suite(args.dir))
-    report = check_tasks(dirs, args.workers)
+    sandbox, warning = SB.resolve_sandbox(args.sandbox)
+    if warning:
+        print(warning.replace("rollouts run", "oracles and verifiers run"), file=sys.stderr)
+    report = check_tasks(dirs, args.workers, sandbox)
     loaded = []
     for d in report:
         try:

@@ -64,6 +64,7 @@ SHARED = dict(
     beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", suite="all", server="vllm",
+    stall_timeout=3600,                 # seconds without a graded group before the run stops, saying why
 )
 RECIPES = {
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
@@ -89,6 +90,7 @@ FLAG_HELP = {
     "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
     "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
     "max_staleness": "drop rollouts begun more than this many adapter versions ago",
+    "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
 }
 
 
@@ -102,10 +104,10 @@ def parse_args(argv=None):
     ap.add_argument("--run", help="run name (directory under --runs)")
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
+    ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
                          "isolated or an error; dir: no isolation (see README, Sandboxes)")
-    ap.add_argument("--keep-sandboxes", action="store_true")
+    ap.add_argument("--keep-sandboxes", action="store_true", default=None)
     ap.add_argument("--device")
     for k, v in {**SHARED, **RECIPES["LFM3-1.7B"]}.items():
         if k not in ("harness", "server"):
@@ -114,10 +116,27 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+# what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
+# optimizer state and the run's recorded numbers assume those)
+RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout")
+
+
 def effective_config(args) -> dict:
     if args.resume:
-        cfg = json.loads((Path(args.resume) / "config.json").read_text())
-        cfg.update({k: v for k, v in vars(args).items() if v is not None and k in ("steps", "save_every")})
+        cf = Path(args.resume) / "config.json"
+        try:
+            cfg = json.loads(cf.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"train.py: --resume {args.resume}: cannot read {cf} ({e}): not a run directory?")
+        given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
+        refused = sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k))
+        if refused:
+            raise SystemExit(f"train.py: --resume cannot change {', '.join('--' + k.replace('_', '-') for k in refused)}"
+                             f" (the checkpoint was trained with the run's own values); it can change "
+                             f"{', '.join('--' + k.replace('_', '-') for k in RESUME_OVERRIDES)}. Start a new run "
+                             f"for other values.")
+        cfg.update({k: v for k, v in given.items() if k in RESUME_OVERRIDES})
+        validate(cfg)
         return cfg
     if not args.model:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
@@ -126,15 +145,48 @@ def effective_config(args) -> dict:
         raise SystemExit(f"train.py: unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
     cfg = {**SHARED, **RECIPES[recipe], "model": args.model, "recipe": recipe}
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
-    if cfg["loss"] not in ("tis", "clip"):
-        raise SystemExit(f"train.py: --loss must be tis or clip, not {cfg['loss']!r}")
-    if not (cfg["tis_cap"] > 0 and math.isfinite(cfg["tis_cap"])):       # NaN fails both
-        raise SystemExit(f"train.py: --tis-cap must be a positive number, not {cfg['tis_cap']}")
-    if not (cfg["beta"] >= 0 and math.isfinite(cfg["beta"])):
-        raise SystemExit(f"train.py: --beta must be >= 0, not {cfg['beta']}")
+    validate(cfg)
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
                                     f"{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg
+
+
+def _int(lo, hi=None):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi), \
+        f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
+
+
+def _num(lo, hi=None, lo_open=False, hi_open=False):
+    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+        (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))   # noqa: E731
+    return ok, f"a number {'>' if lo_open else '>='} {lo}" + (f" and {'<' if hi_open else '<='} {hi}" if hi is not None else "")
+
+
+# every number a run takes, with its allowed range: checked up front, one line naming the flag
+LIMITS = {
+    "steps": _int(1), "sessions": _int(1), "token_budget": _int(16), "group_size": _int(2), "micro_batches": _int(1),
+    "rank": _int(1), "alpha": _num(0, lo_open=True), "lr": _num(0, lo_open=True), "weight_decay": _num(0),
+    "grad_clip": _num(0, lo_open=True), "max_staleness": _int(0), "bonus": _num(0), "bonus_scale": _num(0, lo_open=True),
+    "tis_cap": _num(0, lo_open=True), "eps_low": _num(0, 1, lo_open=True, hi_open=True), "eps_high": _num(0, lo_open=True),
+    "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
+    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
+    "stall_timeout": _num(0, lo_open=True),
+}
+
+
+def validate(cfg):
+    """Every numeric setting in its range, before anything starts (a 0 or a NaN used to livelock a run or
+    end in a ZeroDivisionError traceback)."""
+    for k, (ok, want) in LIMITS.items():
+        if cfg.get(k) is not None and not ok(cfg[k]):
+            raise SystemExit(f"train.py: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
+    if cfg.get("ratio_cap") is not None and not _num(1, lo_open=True)[0](cfg["ratio_cap"]):
+        raise SystemExit(f"train.py: --ratio-cap must be a number > 1, got {cfg['ratio_cap']!r}")
+    if cfg["loss"] not in ("tis", "clip"):
+        raise SystemExit(f"train.py: --loss must be tis or clip, not {cfg['loss']!r}")
+    if cfg["max_tokens"] >= cfg["context"]:
+        raise SystemExit(f"train.py: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
+                         "the prompt needs room too")
 
 
 def model_path(cfg, run_dir) -> Path:
@@ -175,6 +227,7 @@ class Trainer:
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
+        self.last_graded, self.ungraded_since = time.time(), []     # for the stall check (next_group)
         self.proxy, self.snap = None, None
 
     def next_task(self):
@@ -312,7 +365,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     groups, seqs, no_signal = [], list(tr.queue), 0    # what did not fit the last step goes first
     while not groups or (not seqs and len(groups) < 4 * max_groups) or (
             len(groups) < max_groups and sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
-        g = await next_group(pool, stop)
+        g = await next_group(pool, stop, tr)
         if g is None:
             return False
         groups.append(g)
@@ -362,16 +415,43 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     return True
 
 
-async def next_group(pool, stop):
-    """The next finished group, or None once the run is stopping."""
+class StallError(RuntimeError):
+    pass
+
+
+async def next_group(pool, stop, tr):
+    """The next finished group, or None once the run is stopping. Raises StallError, saying why, when no
+    graded group arrived for cfg["stall_timeout"] seconds (a run that cannot progress must not spin forever)."""
     get = asyncio.ensure_future(pool.groups.get())
     halt = asyncio.ensure_future(stop.wait())
-    done, _ = await asyncio.wait({get, halt}, return_when=asyncio.FIRST_COMPLETED)
+    left = tr.cfg.get("stall_timeout", 3600) - (time.time() - tr.last_graded)
+    done, _ = await asyncio.wait({get, halt}, timeout=max(left, 0.1), return_when=asyncio.FIRST_COMPLETED)
     halt.cancel()
     if get not in done:
         get.cancel()
-        return None
-    return get.result()
+        if halt in done:
+            return None
+        raise StallError(stall_reason(tr, pool))
+    g = get.result()
+    if any(r.reward is not None for r in g.rollouts):
+        tr.last_graded, tr.ungraded_since = time.time(), []
+    else:
+        tr.ungraded_since += g.rollouts
+    return g
+
+
+def stall_reason(tr, pool):
+    rs = tr.ungraded_since
+    head = f"{tr.name}: no graded group in {tr.cfg.get('stall_timeout', 3600):g} s (--stall-timeout)"
+    if not rs:
+        return f"{head}, and no group finished at all ({pool.running} rollouts still running): a hung server or " \
+               "harness? See runs/<run>/rollouts and the server log; a slow setup needs a larger --stall-timeout"
+    why = collections.Counter(r.failure or "other" for r in rs)
+    zero = sum(not r.turns for r in rs)
+    first = next((r.errors[0] for r in rs if r.errors), "")
+    return (f"{head}: {len(rs)} rollouts since then, all ungraded ({', '.join(f'{k} {v}' for k, v in why.items())})"
+            + (f", {zero} with no model turn at all (does the prompt fit --context {tr.cfg['context']}?)" if zero else "")
+            + (f"; first error: {first[:300]}" if first else ""))
 
 
 def _mean(xs):
@@ -390,43 +470,64 @@ def save_checkpoint(run_dir, trainers):
         _save_checkpoint(run_dir, trainers)
 
 
+CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
+
+
 def _save_checkpoint(run_dir, trainers):
     with TRAIN_LOCK:
         state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
             "torch": torch.get_rng_state(), "python": random.getstate()}})
-    tmp, final = run_dir / "checkpoint.tmp", run_dir / "checkpoint"
+    final, tmp, prev = (run_dir / d for d in CHECKPOINTS)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
-    old = run_dir / "checkpoint.old"
-    shutil.rmtree(old, ignore_errors=True)
+    # the last two are kept: a checkpoint that turns out unreadable leaves the one before it. A kill at any
+    # point leaves a complete one among CHECKPOINTS (tmp is only renamed once it is written)
+    shutil.rmtree(prev, ignore_errors=True)
     if final.exists():
-        os.replace(final, old)
+        os.replace(final, prev)
     os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(run_dir, trainers):
-    final = run_dir / "checkpoint"
-    if not final.exists() and (run_dir / "checkpoint.old").exists():   # killed between the two renames
-        os.replace(run_dir / "checkpoint.old", final)
-    if not (final / "state.pt").exists():
-        return False
-    st = torch.load(final / "state.pt", weights_only=False)
+class ResumeError(Exception):
+    pass
+
+
+def read_checkpoint(run_dir, names):
+    """(state, its dir): the newest checkpoint of CHECKPOINTS that loads and holds every trainer of the run.
+    Raises ResumeError saying why each one failed; nothing is changed on disk."""
+    why = []
+    for d in CHECKPOINTS:
+        f = run_dir / d / "state.pt"
+        if not f.exists():
+            continue
+        try:
+            st = torch.load(f, weights_only=False)
+            missing = [n for n in names if n not in st["trainers"]]
+            if missing:
+                raise ValueError(f"no state for trainer {', '.join(missing)}")
+            return st, d
+        except Exception as e:          # truncated, empty, not a checkpoint: try the one before
+            why.append(f"{f}: {type(e).__name__}: {str(e)[:200]}")
+    raise ResumeError(f"--resume {run_dir}: no usable checkpoint; nothing was changed. " +
+                      ("; ".join(why) if why else f"none of {', '.join(CHECKPOINTS)} has a state.pt"))
+
+
+def restore_checkpoint(st, trainers):
     for t in trainers:
         t.restore(st["trainers"][t.name])
     torch.set_rng_state(st["rng"]["torch"])
     random.setstate(st["rng"]["python"])
-    return True
 
 
-def trim_metrics(path, trainers):
-    """After a kill: keep only complete lines up to each harness's checkpointed step."""
+def trim_metrics(path, last):
+    """After a kill: keep only complete lines up to each harness's checkpointed step (last: name -> step).
+    Returns how many lines were dropped."""
     if not path.exists():
-        return
-    last = {t.name: t.step for t in trainers}
+        return 0
+    lines = path.read_text().splitlines()
     keep = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             m = json.loads(line)
         except json.JSONDecodeError:
@@ -434,6 +535,7 @@ def trim_metrics(path, trainers):
         if m.get("step", 0) <= last.get(m.get("harness"), 0):
             keep.append(line)
     path.write_text("".join(x + "\n" for x in keep))
+    return len(lines) - len(keep)
 
 
 def progress(m):
@@ -456,6 +558,18 @@ def progress(m):
 
 async def run(cfg, resume=False):
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
+    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    if resume:      # read and judge the checkpoint before anything on disk changes
+        st, where = read_checkpoint(run_dir, names)
+        at = {n: st["trainers"][n]["step"] for n in names}
+        if all(s >= cfg["steps"] for s in at.values()):
+            print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
+                  f"nothing to do; --resume {run_dir} --steps N (N > {max(at.values())}) trains further", flush=True)
+            return
+        print(f"resuming {run_dir} from {where}/: " + ", ".join(f"{n} step {s} -> {cfg['steps']}" for n, s in at.items())
+              + f"; metrics.jsonl kept up to those steps", flush=True)
+    elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in CHECKPOINTS):
+        raise ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "resume_dir"},
                                                     indent=2, default=str) + "\n")
@@ -467,7 +581,6 @@ async def run(cfg, resume=False):
     all_tasks = T.load_tasks(cfg["suite"])
     train_tasks = T.load_tasks(cfg["suite"], split="train", seed=cfg["seed"])
     (run_dir / "split.json").write_text(json.dumps(T.split_manifest(all_tasks, seed=cfg["seed"]), indent=1))
-    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
     if cfg["server"] == "local":
@@ -482,9 +595,11 @@ async def run(cfg, resume=False):
             if cfg["server"] == "vllm" else S.start_server(cfg["server"], path)
     client = S.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
-    if resume and load_checkpoint(run_dir, trainers):
-        print(f"resumed {run_dir} at " + ", ".join(f"{t.name} step {t.step}" for t in trainers), flush=True)
-    trim_metrics(run_dir / "metrics.jsonl", trainers)
+    if resume:
+        restore_checkpoint(st, trainers)
+        dropped = trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
+        if dropped:
+            print(f"  dropped {dropped} metrics line(s) of steps after the checkpoint (they are trained again)")
     if not cfg.get("keep_sandboxes"):      # left behind by a killed run: no rollout is running now
         shutil.rmtree(run_dir / "sandboxes", ignore_errors=True)
     stop = asyncio.Event()
@@ -560,7 +675,7 @@ def main(argv=None):
         cfg["resume_dir"] = args.resume
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
-    except (M.CheckpointError, T.TaskError, RuntimeError, ValueError) as e:
+    except (M.CheckpointError, T.TaskError, ResumeError, RuntimeError, ValueError) as e:
         sys.exit(f"train.py: {e}")
 
 

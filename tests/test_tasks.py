@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import sandbox as SB
 import tasks as T
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,8 +60,8 @@ def failed_checks(task_dir):
 
 @pytest.fixture(scope="module")
 def shipped_report():
-    t0 = time.time()
-    report = T.check_tasks(T.task_dirs(DATA))
+    t0 = time.time()       # oracles and verifiers in the default sandbox, as a run grades
+    report = T.check_tasks(T.task_dirs(DATA), sandbox=SB.resolve_sandbox("auto")[0])
     return report, time.time() - t0
 
 
@@ -460,3 +461,35 @@ def test_numbers_holdout_covers_kinds_the_training_tasks_also_cover():
     held = T.holdout(tasks)
     assert len(tasks) == 42 and len(held) == 6
     assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
+
+
+
+# ----------------------------------------------------------------------------- faults in one task stay in that task
+
+def test_one_broken_task_is_its_own_failure_and_the_table_still_prints(tmp_path):
+    """[verifier] env = "oops" and an oracle that deletes its own tests/ used to abort the whole check with a
+    traceback and no table."""
+    make_task(tmp_path, "good")
+    make_task(tmp_path, "env", toml='[task]\nname = "env"\n[verifier]\nenv = "oops"\n')
+    make_task(tmp_path, "wrecker", solution={"solve.sh": 'rm -rf "$SOLUTION_DIR/../../tests" "$SOLUTION_DIR"\n'
+                                                        'echo 5 > answer.txt\n'})
+    p = subprocess.run([sys.executable, "tasks.py", "check", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "total" in p.stdout and "check 1 (schema)" in p.stdout and "[verifier] env must be a table" in p.stdout
+    assert "3 tasks, 1 failing" in p.stdout, p.stdout
+    assert (tmp_path / "wrecker" / "tests" / "test.sh").exists()        # it worked on copies
+
+
+def test_a_sandboxed_oracle_cannot_touch_the_suite(tmp_path):
+    """An oracle that deletes files by the suite's absolute path: under bwrap they are not even there; the
+    check reports the oracle (it fails to solve), and the suite is intact."""
+    ok, why = SB.bwrap_works()
+    if not ok:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
+    victim = make_task(tmp_path, "victim")
+    task = make_task(tmp_path, "vandal", solution={"solve.sh": f"rm -rf {victim} {tmp_path}/vandal/tests\n"
+                                                               "echo 5 > answer.txt\n"})
+    assert T.check_task(task, sandbox="bwrap") == []          # its rm found nothing to remove; it still solves
+    assert (victim / "tests" / "test.sh").exists() and (tmp_path / "vandal" / "tests" / "test.sh").exists()
+    T.check_task(task, sandbox="dir")                          # the control: unsandboxed, the damage is done
+    assert not victim.exists()

@@ -3,6 +3,7 @@ guard and verifier; two trainers in one process; SIGKILL mid-run and resume; eva
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -48,7 +49,7 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     p = train(["--resume", str(run)], env)
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0, out
-    assert "resumed" in out
+    assert f"resuming {run} from checkpoint" in out, out
     ms = metrics(run)
     for h in ("mini", "mini-b"):
         steps = [m["step"] for m in ms if m["harness"] == h]
@@ -62,6 +63,58 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     assert list((run / "rollouts" / "mini").rglob("*.json"))
     assert not list((run / "sandboxes").rglob("work")) if (run / "sandboxes").exists() else True
     assert (run / "split.json").exists()
+
+    # a finished run says so and does nothing; what would change the training is refused by name
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "is finished" in done.stdout and "--steps N" in done.stdout, done.stdout
+    lr = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--lr", "0.5"], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert lr.returncode != 0 and "cannot change --lr" in lr.stderr and "Traceback" not in lr.stderr
+    # no checkpoint at all: refused, and nothing touched (it used to restart at step 0 and cut metrics.jsonl)
+    for d in ("checkpoint", "checkpoint.prev"):
+        shutil.rmtree(run / d, ignore_errors=True)
+    lines = (run / "metrics.jsonl").read_text()
+    gone = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "6"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert gone.returncode != 0 and "no usable checkpoint" in gone.stderr and "Traceback" not in gone.stderr
+    assert (run / "metrics.jsonl").read_text() == lines
+
+
+def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
+    import model as M
+    import train as T
+    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
+    tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"], None)
+    for step in (1, 2):
+        tr.step = step
+        T.save_checkpoint(tmp_path, [tr])
+    assert T.read_checkpoint(tmp_path, ["mini"])[1] == "checkpoint"
+    (tmp_path / "checkpoint" / "state.pt").write_bytes(b"")                 # empty: an EOFError traceback before
+    st, where = T.read_checkpoint(tmp_path, ["mini"])
+    assert where == "checkpoint.prev" and st["trainers"]["mini"]["step"] == 1
+    with open(tmp_path / "checkpoint.prev" / "state.pt", "r+b") as f:      # truncated as well
+        f.truncate(1000)
+    with pytest.raises(T.ResumeError, match="no usable checkpoint.*checkpoint/state.pt.*checkpoint.prev/state.pt"):
+        T.read_checkpoint(tmp_path, ["mini"])
+    with pytest.raises(T.ResumeError, match="no state for trainer other"):
+        tr.step = 3
+        T.save_checkpoint(tmp_path, [tr])
+        T.read_checkpoint(tmp_path, ["other"])
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--sessions", "0"], "--sessions must be an integer >= 1"), (["--context", "10"], "--context must be"),
+    (["--group-size", "0"], "--group-size must be an integer >= 2"), (["--micro-batches", "0"], "--micro-batches"),
+    (["--rank", "0"], "--rank must be"), (["--steps", "-1"], "--steps must be"), (["--token-budget", "0"], "--token-budget"),
+    (["--max-tokens", "0"], "--max-tokens must be"), (["--lr", "nan"], "--lr must be a number > 0"),
+    (["--temperature", "inf"], "--temperature"), (["--max-tokens", "5000", "--context", "4096"], "must be below --context"),
+])
+def test_every_numeric_flag_is_checked_up_front(flags, needle):
+    import train as T
+    with pytest.raises(SystemExit, match=needle):
+        T.effective_config(T.parse_args(["--model", "tiny", *flags]))
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
@@ -131,7 +184,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     steps = {t.name: t.step for t in trainers}
     for t in trainers:
         t.step = 0
-    assert T.load_checkpoint(tmp_path, trainers)
+    T.restore_checkpoint(T.read_checkpoint(tmp_path, [t.name for t in trainers])[0], trainers)
     assert {t.name: t.step for t in trainers} == steps      # the last save holds the newest steps
 
 
@@ -346,3 +399,45 @@ def test_smollm2_one_step_on_the_numbers_suite(tmp_path):
     assert m["rollouts"] == 8 and m["ungraded"] == 0 and m["loss_tokens"] > 0
     assert m["mismatch"] < 1e-3, m["mismatch"]
     assert (tmp_path / "smol" / "adapters" / f"mini-v{m['version']}" / "adapter_model.safetensors").exists()
+
+
+FAILING_SERVER = """
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply(200, {})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if "lora_adapter" in self.path:
+            return self.reply(200, {})
+        self.reply(400, {"object": "error", "message": "boom: this server never answers a chat"})
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_run_that_cannot_progress_stops_and_says_why(tmp_path, env):
+    """Every rollout ungraded (a server that fails every chat): the run used to spin forever; now it stops
+    after --stall-timeout with the reasons, and keeps what it has."""
+    from conftest import free_port
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-c", FAILING_SERVER, str(port)])
+    try:
+        time.sleep(1.0)
+        p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--server",
+                            f"http://127.0.0.1:{port}", "--runs", str(tmp_path / "runs"), "--run", "stall",
+                            "--stall-timeout", "8", "--sessions", "8"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        srv.kill()
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "no graded group in 8 s" in p.stderr and "server" in p.stderr and "boom" in p.stderr, p.stderr[-2000:]
+    assert (tmp_path / "runs" / "stall" / "checkpoint" / "state.pt").exists()
