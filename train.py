@@ -206,6 +206,12 @@ def version_name(trainer, version):
     return f"{trainer}-v{version}"
 
 
+def trainer_name(spec):
+    """"mini:b" (a second mini trainer with its own adapter) -> "mini-b"; "pi" -> "pi"."""
+    kind, _, label = spec.partition(":")
+    return f"{kind}-{label}" if label else kind
+
+
 class Trainer:
     """One adapter with its optimizer, proxy and pool. `step` counts steps (metrics lines); `version` counts
     optimizer updates - the live weights are version `version` (a step with nothing to train leaves it,
@@ -213,8 +219,8 @@ class Trainer:
     one new requests use (it lags `version` while a new version is being published)."""
 
     def __init__(self, spec, model, cfg, run_dir, tasks, client, server=None):
-        kind, _, label = spec.partition(":")       # "mini:b" = a second mini trainer with its own adapter
-        name = f"{kind}-{label}" if label else kind
+        kind = spec.partition(":")[0]
+        name = trainer_name(spec)
         self.name, self.model, self.cfg, self.run_dir, self.client = name, model, cfg, run_dir, client
         self.server = server                       # the embedded server object when it shares this process
         self.harness = H.get_harness(kind)
@@ -560,8 +566,8 @@ async def run(cfg, resume=False):
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
     if resume:      # read and judge the checkpoint before anything on disk changes
-        st, where = read_checkpoint(run_dir, names)
-        at = {n: st["trainers"][n]["step"] for n in names}
+        st, where = read_checkpoint(run_dir, [trainer_name(n) for n in names])
+        at = {trainer_name(n): st["trainers"][trainer_name(n)]["step"] for n in names}
         if all(s >= cfg["steps"] for s in at.values()):
             print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
                   f"nothing to do; --resume {run_dir} --steps N (N > {max(at.values())}) trains further", flush=True)
@@ -588,7 +594,7 @@ async def run(cfg, resume=False):
         # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
         threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
         handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
-                               threads=threads)
+                               threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
     else:
         handle = S.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
                                 max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \

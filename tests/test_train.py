@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,11 +37,29 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     run = tmp_path / "runs" / "demo"
     args = ["--model", "tiny", "--harness", "mini,mini:b", "--runs", str(tmp_path / "runs"), "--run", "demo",
             "--steps", "4", "--save-every", "1", "--sessions", "16"]
+    env = dict(env, HARNESS_RL_API_KEY="hrl-test-key")      # so that this test can reach the server directly
     p = train(args, env)
+    url = next(line for line in p.stdout if " server http" in line).split(" server ")[1].split(",")[0]
     deadline = time.time() + 300
-    while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
-            len({(m["harness"], m["step"]) for m in metrics(run)}) < 3:
+    while time.time() < deadline and not metrics(run):
         assert p.poll() is None, p.stdout.read()
+        time.sleep(0.5)
+    # faults straight at the live server, between steps: a poisoned request, an adapter load of a bad file
+    key = {"Authorization": "Bearer hrl-test-key", "Content-Type": "application/json"}
+    bad = tmp_path / "bad-adapter"
+    bad.mkdir()
+    (bad / "adapter_config.json").write_text('{"r": 8, "lora_alpha": "sixteen"}')
+    for path, body in (("/v1/chat/completions", '{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}'),
+                       ("/v1/load_lora_adapter", json.dumps({"lora_name": "mini-v1", "lora_path": str(bad),
+                                                             "load_inplace": True}))):
+        req = urllib.request.Request(url + path, body.encode(), key)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        assert e.value.code == 400, (path, e.value.read())
+    after_faults = len(metrics(run))
+    while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
+            len({(m["harness"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
+        assert p.poll() is None, p.stdout.read()      # the server keeps serving: steps go on after the faults
         time.sleep(0.5)
     os.killpg(p.pid, signal.SIGKILL)           # mid-run, no chance to clean up
     p.wait()
