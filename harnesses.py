@@ -310,10 +310,12 @@ class Hermes(Harness):
         return Launch(argv, env, None)
 
     def succeeded(self, returncode, home, tmp):
+        import sandbox as SB         # here, not at the top: mini runs this file alone inside a sandbox
         path = Path(tmp) / self.USAGE
-        try:
-            usage = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+        try:        # in the sandbox's tmp: no link, no FIFO, bounded (sandbox.read_untrusted)
+            usage = json.loads(SB.read_untrusted(path))
+            assert isinstance(usage, dict)
+        except (OSError, ValueError, AssertionError) as e:
             return False, f"no readable usage file ({type(e).__name__}), exit code {returncode}"
         if usage.get("failed"):
             why = f": {str(usage['failure'])[:300]}" if usage.get("failure") else ""

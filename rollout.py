@@ -332,14 +332,16 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
                 r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
         await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
-        ok, why = (False, "timed out") if r.timed_out else harness.succeeded(r.exit_code, home, tmp)
+        ok, why = (False, "timed out") if r.timed_out else \
+            await asyncio.to_thread(harness.succeeded, r.exit_code, home, tmp)
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
             r.failure = r.failure or "harness"
         if r.errors:
             r.score, r.reason = None, r.errors[0]
         else:
-            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message, sandbox=sandbox)
+            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message, sandbox=sandbox,
+                                          hide=[Path(root).resolve()])
             r.score, r.reason = res.score, res.reason
             if res.score is None:
                 r.failure = "verifier"

@@ -52,8 +52,10 @@ def _under(path, dirs):
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def bwrap_args(writable, readonly=(), hide=(), chdir=None):
-    """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir."""
+def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True):
+    """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir.
+    network=False: its own network namespace (loopback only) - for verifiers and oracles, which need none:
+    a grader running the agent's code must not pass the hidden tests to a sibling rollout still running."""
     # --cap-drop ALL: run as root, bwrap would keep every capability (remount /usr read-write, lift a mask);
     # as root it keeps SETUID/SETGID for the drop to nobody at the end, which clears them
     root = os.geteuid() == 0
@@ -61,7 +63,7 @@ def bwrap_args(writable, readonly=(), hide=(), chdir=None):
     args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", *caps, "--dev", "/dev", "--proc", "/proc",
             "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
-            "--tmpfs", "/tmp"]
+            "--tmpfs", "/tmp"] + ([] if network else ["--unshare-net"])
     shown = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -174,6 +176,31 @@ def wait_dead(pids, timeout=10.0):
     deadline = time.monotonic() + timeout
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def read_untrusted(path, limit=65536, tail=False) -> bytes:
+    """A file a sandbox could have written (a reward file, a log, a usage file), read by us - maybe as root:
+    not through a link (it could point at a solution or /proc/self/environ), only a regular file (a FIFO
+    would block us, /dev/zero exhaust memory), and at most `limit` bytes (the last ones with tail=True).
+    Raises OSError (ELOOP for a link) or ValueError (not a regular file)."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if tail and st.st_size > limit:
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 16))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 _CHECK = {}

@@ -297,7 +297,10 @@ def _run(argv, cwd, env, timeout, log_path):
         finally:
             SB.wait_dead(SB.kill(p.pid))
             p.wait()
-    out = Path(log_path).read_bytes()[-4000:].decode(errors="replace")
+    try:          # the sandboxed script could have swapped its log for a link or a FIFO
+        out = SB.read_untrusted(log_path, 4000, tail=True).decode(errors="replace")
+    except (OSError, ValueError) as e:
+        out = f"(output unreadable: {type(e).__name__})"
     return rc, timed_out, out, time.monotonic() - t0
 
 
@@ -315,7 +318,7 @@ def run_oracle(task, workdir, timeout=None, sandbox="dir"):
         if sandbox == "bwrap":
             SB.own(workdir, home)
             argv = SB.bwrap_args([workdir, home], SB.tool_paths([sol]),
-                                 SB.private_paths(Path(task.path).resolve().parent)) + argv
+                                 SB.private_paths(Path(task.path).resolve().parent), network=False) + argv
         rc, timed_out, out, _ = _run(argv, workdir, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
     return (None if timed_out else rc), out
 
@@ -324,35 +327,40 @@ def read_reward(logs_dir):
     """(score, rewards, reason) from reward.json (wins) or reward.txt; score None if absent or invalid."""
     logs_dir = Path(logs_dir)
     js, txt = logs_dir / "reward.json", logs_dir / "reward.txt"
+    # written by the task's script, which runs the agent's code: read as untrusted (no link, no FIFO, 64 KiB),
+    # and its content never quoted back at length
+    read = lambda f: SB.read_untrusted(f).decode()      # noqa: E731
     try:
-        if js.exists():
-            data = json.loads(js.read_text())
+        if os.path.lexists(js):
+            text = read(js)
+            data = json.loads(text)
             if isinstance(data, (int, float)) and not isinstance(data, bool):
                 data = {"reward": data}
             if not isinstance(data, dict) or not data or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
-                return None, {}, f"reward.json is not a dict of named floats: {js.read_text()[:200]!r}"
+                return None, {}, f"reward.json is not a dict of named floats: {text[:80]!r}"
             rewards = {k: float(v) for k, v in data.items()}
             score, how = (rewards["reward"], "reward") if "reward" in rewards else \
                 (sum(rewards.values()) / len(rewards), "mean")
             src = f"reward.json ({how})"
-        elif txt.exists():
-            score, src = float(txt.read_text().strip()), "reward.txt"
+        elif os.path.lexists(txt):
+            score, src = float(read(txt).strip()[:64]), "reward.txt"
             rewards = {"reward": score}
         else:
             return None, {}, "the verifier wrote no reward file"
-    except (ValueError, UnicodeDecodeError) as e:
-        return None, {}, f"unreadable reward file: {e}"
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return None, {}, f"unreadable reward file: {type(e).__name__}: {str(e)[:80]}"
     if not math.isfinite(score) or not 0.0 <= score <= 1.0:
         return None, rewards, f"{src}: score {score} outside [0, 1]"
     return score, rewards, f"{src}: {score:g}"
 
 
-def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None, sandbox="dir") -> Result:
+def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None, sandbox="dir", hide=()) -> Result:
     """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top).
     sandbox="bwrap": test.sh runs in a sandbox (sandbox.py) that shows only the work dir, the logs dir and
-    its own home (writable), the tests copy, the agent's output and the tools (read-only) - the tests import
-    the agent's code, which must not reach the suite, other rollouts or the machine, nor outlive the run."""
+    its own home (writable), the tests copy, the agent's output and the tools (read-only), with no network -
+    the tests import the agent's code, which must not reach the suite, other rollouts (`hide`: their root)
+    or the machine, nor outlive the run. What it leaves in the logs dir is read as untrusted."""
     workdir = Path(workdir).resolve()
     with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:
         tmp = Path(tmp)
@@ -373,7 +381,7 @@ def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None, sandbo
         if sandbox == "bwrap":
             SB.own(workdir, logs, tmp / "home")
             argv = SB.bwrap_args([workdir, logs, tmp / "home"], SB.tool_paths([tests, tmp / "agent_output.txt"]),
-                                 SB.private_paths(Path(task.path).resolve().parent)) + argv
+                                 SB.private_paths(Path(task.path).resolve().parent, *hide), network=False) + argv
         elif sandbox != "dir":
             raise ValueError(f"verify: sandbox must be 'bwrap' or 'dir', got {sandbox!r}")
         rc, timed_out, out, secs = _run(argv, workdir, env, t, logs / "test-stdout.txt")

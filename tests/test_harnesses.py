@@ -151,6 +151,13 @@ def test_hermes_success_is_read_from_the_usage_file(sandbox):
     (tmp / "hermes-usage.json").write_text(json.dumps({"completed": True, "failed": False}))
     assert h.succeeded(0, sandbox["home"], tmp)[0] is True
     assert h.succeeded(1, sandbox["home"], tmp)[0] is False
+    # the usage file lies in the agent's tmp: a link (to /dev/zero: memory) or a FIFO (a read that never
+    # returns, on the trainer's event loop) is "not readable", at once
+    for make in (lambda p: p.symlink_to("/dev/zero"), lambda p: os.mkfifo(p)):
+        (tmp / "hermes-usage.json").unlink()
+        make(tmp / "hermes-usage.json")
+        ok, why = h.succeeded(0, sandbox["home"], tmp)
+        assert not ok and "no readable usage file" in why
 
 
 @pytest.mark.parametrize("name", ["pi", "opencode", "mini"])

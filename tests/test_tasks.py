@@ -493,3 +493,55 @@ def test_a_sandboxed_oracle_cannot_touch_the_suite(tmp_path):
     assert (victim / "tests" / "test.sh").exists() and (tmp_path / "vandal" / "tests" / "test.sh").exists()
     T.check_task(task, sandbox="dir")                          # the control: unsandboxed, the damage is done
     assert not victim.exists()
+
+
+# ----------------------------------------------------------------------------- what a grader leaves is untrusted
+
+@pytest.mark.parametrize("trick", [
+    'ln -s "$SECRET_FILE" "$LOGS_DIR/reward.txt"',                     # a link to a file we can read and it cannot
+    'ln -s /proc/self/environ "$LOGS_DIR/reward.json"',                # resolved in the trainer: its environment
+    'mkfifo "$LOGS_DIR/reward.json"',                                  # a read that never returns
+    'ln -s /dev/zero "$LOGS_DIR/reward.txt"',                          # a read that never ends
+    'rm -f "$LOGS_DIR/test-stdout.txt"; ln -s "$SECRET_FILE" "$LOGS_DIR/test-stdout.txt"; echo 0 > "$LOGS_DIR/reward.txt"',
+])
+def test_files_a_grader_leaves_are_read_without_links_fifos_or_limits(tmp_path, trick):
+    """The task's script runs the agent's code; what it leaves in the logs dir is read by the trainer (root on
+    a CI machine): never through a link, never a FIFO, never more than 64 KiB, never quoted back at length."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-ORACLE-4242\n")
+    task = T.load_task(make_task(tmp_path, tests={"test.sh": trick + "\n"},
+                                 toml='[task]\nname = "t"\n[verifier]\ntimeout_sec = 10\n'
+                                      f'[verifier.env]\nSECRET_FILE = "{secret}"\n'))
+    work = T.materialize(task, tmp_path / "work")
+    t0 = time.time()
+    res = T.verify(task, work)
+    assert time.time() - t0 < 8                                   # no FIFO hang, no endless read
+    assert "SECRET-ORACLE" not in res.reason + res.output and "HARNESS" not in res.reason + res.output
+    assert res.score in (None, 0.0)
+
+
+def test_a_sandboxed_grader_has_no_network(tmp_path):
+    """A grader running the agent's code could pass the hidden tests to a sibling still running (a listener on
+    the shared loopback): verifiers and oracles get their own network namespace."""
+    import socket
+    import threading
+    ok, why = SB.bwrap_works()
+    if not ok:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    srv.settimeout(6)
+    port, got = srv.getsockname()[1], []
+    threading.Thread(target=lambda: got.append(srv.accept()[0].recv(100)) if True else None, daemon=True).start()
+    send = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'LEAK')\" "
+            '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n')
+    task = T.load_task(make_task(tmp_path, tests={"test.sh": send}))
+    assert T.verify(task, T.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
+    time.sleep(0.3)
+    assert got == [b"LEAK"]
+    threading.Thread(target=lambda: got.append(srv.accept()[0].recv(100)), daemon=True).start()
+    assert T.verify(task, T.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
+    time.sleep(0.5)
+    assert got == [b"LEAK"]
+    srv.close()
