@@ -316,9 +316,12 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         elif sandbox != "dir":
             raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
         with open(box / "harness.log", "wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=work, env=env, stdout=log, stderr=log, **SB.spawn_kw(),
-                stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, cwd=work, env=env, stdout=log, stderr=log, **SB.spawn_kw(argv),
+                    stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
+            finally:
+                SB.close_fds(argv)
             r.pid = proc.pid
             if launch.stdin is not None:
                 proc.stdin.write(launch.stdin)

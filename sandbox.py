@@ -2,12 +2,13 @@
 
     own(work, home, tmp)                       # when we are root: the dirs go to the sandbox's user
     argv = bwrap_args(writable=[work, home, tmp], readonly=tool_paths(), hide=[project, suite]) + command
-    proc = Popen(argv, **spawn_kw())
+    proc = Popen(argv, **spawn_kw(argv)); close_fds(argv)     # the seccomp filter's fd
     pids = kill(proc.pid); wait_dead(pids)     # the whole sandbox, not only its first process
 
 What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links recreated), the `readonly`
 paths (the harness install, this Python, node), the `writable` dirs, a fresh /tmp, /dev and /proc (with
-/proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities; when its
+/proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities, no
+kernel keyrings (a seccomp filter: keyrings have no namespace, so they would join all sandboxes); when its
 first process exits the PID namespace ends and everything it started dies (daemons included). `hide`: paths
 that must not show even if they lie under a shown dir (a project in /opt): an empty tmpfs goes over them.
 Not mounted at all: /home, /root, /var, /run (sockets), /mnt, /srv, ... - the user's files, the project,
@@ -48,6 +49,43 @@ DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with -
                "leave processes behind. Only the guard stands in the way (see README, Isolation).")
 
 
+# seccomp: the kernel's keyrings have no namespace - every sandbox runs as the same user, so a key added in
+# one (a grader that read the hidden tests) is readable in all the others, and outlives them (red team).
+# add_key / request_key / keyctl fail with EPERM, as in Docker's default profile. Syscall numbers per arch.
+KEYRING_SYSCALLS = {0xC000003E: (248, 249, 250),      # AUDIT_ARCH_X86_64
+                    0x40000003: (286, 287, 288),      # AUDIT_ARCH_I386 (32-bit code on x86_64)
+                    0xC00000B7: (217, 218, 219)}      # AUDIT_ARCH_AARCH64
+
+
+def seccomp_filter() -> bytes:
+    """The classic-BPF program bwrap installs (--seccomp FD): keyring calls -> EPERM, x32 calls -> EPERM,
+    everything else allowed."""
+    import struct
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06            # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1              # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    prog = []                                             # (code, jt, jf, k), jumps relative to the next one
+    for arch, nrs in KEYRING_SYSCALLS.items():
+        body = [(LD, 0, 0, 0)]                            # seccomp_data.nr
+        if arch == 0xC000003E:
+            body.append((JGE, len(nrs) + 1, 0, 0x40000000))      # the x32 ABI: its own numbering, refused
+        body += [(JEQ, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
+        body += [(RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]
+        prog += [(LD, 0, 0, 4), (JEQ, 0, len(body), arch)] + body    # seccomp_data.arch; skip if another
+    prog.append((RET, 0, 0, ALLOW))
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def _seccomp_fd():
+    """A fresh fd holding the filter: bwrap reads it to its end, so each sandbox gets its own."""
+    try:
+        fd = os.memfd_create("harness-rl-seccomp", 0)
+    except (AttributeError, OSError):
+        return None
+    os.write(fd, seccomp_filter())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _under(path, dirs):
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
@@ -64,6 +102,9 @@ def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True):
             "--new-session", "--cap-drop", "ALL", *caps, "--dev", "/dev", "--proc", "/proc",
             "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
             "--tmpfs", "/tmp"] + ([] if network else ["--unshare-net"])
+    fd = _seccomp_fd()
+    if fd is not None:
+        args += ["--seccomp", str(fd)]              # passed by spawn_kw(argv), closed by close_fds(argv)
     shown = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -124,9 +165,22 @@ def _die_with_parent():
         pass
 
 
-def spawn_kw():
-    """Popen / create_subprocess_exec keywords: its own session (killed as a group) and death with us."""
-    return {"start_new_session": True, "preexec_fn": _die_with_parent}
+def spawn_kw(argv=()):
+    """Popen / create_subprocess_exec keywords: its own session (killed as a group), death with us, and the
+    seccomp filter's fd of a bwrap argv. Call close_fds(argv) once it is started."""
+    return {"start_new_session": True, "preexec_fn": _die_with_parent, "pass_fds": _fds(argv)}
+
+
+def _fds(argv):
+    return tuple(int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--seccomp")
+
+
+def close_fds(argv):
+    for fd in _fds(argv):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def own(*dirs):
@@ -218,14 +272,16 @@ def bwrap_works():
             with tempfile.TemporaryDirectory() as d:
                 own(d)
                 probe = "test -d /proc/self && ! test -w /proc/sys/kernel/core_pattern && touch ok"
+                argv = bwrap_args([d], tool_paths()) + ["/bin/sh", "-c", probe]
                 try:
-                    p = subprocess.run(bwrap_args([d], tool_paths()) + ["/bin/sh", "-c", probe], capture_output=True,
-                                       text=True, timeout=30, **spawn_kw())
+                    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, **spawn_kw(argv))
                     ok = os.path.exists(os.path.join(d, "ok"))
                     _CHECK["ok"] = (ok, "" if ok else (p.stderr.strip() or "/proc/sys is writable inside "
                                                        f"(exit code {p.returncode})")[:200])
                 except (OSError, subprocess.TimeoutExpired) as e:
                     _CHECK["ok"] = (False, str(e)[:200])
+                finally:
+                    close_fds(argv)
     return _CHECK["ok"]
 
 

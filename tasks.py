@@ -288,8 +288,11 @@ def _run(argv, cwd, env, timeout, log_path):
     leftovers after exit, and wait until they are gone."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, **SB.spawn_kw())
+        try:
+            p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, **SB.spawn_kw(argv))
+        finally:
+            SB.close_fds(argv)
         try:
             rc, timed_out = p.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:

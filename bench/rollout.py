@@ -117,9 +117,10 @@ async def first_request(name, sandbox="dir"):
             SB.own(work, home, t)
             argv = SB.bwrap_args([work, home, t], SB.tool_paths(harness.sandbox_paths()), SB.private_paths()) + argv
         t0 = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=work, env=launch.env, start_new_session=True,
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=work, env=launch.env, **SB.spawn_kw(argv),
                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.DEVNULL)
+        SB.close_fds(argv)
         if launch.stdin is not None:
             proc.stdin.write(launch.stdin)
         proc.stdin.close()

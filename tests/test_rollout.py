@@ -506,12 +506,15 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
         d.mkdir(parents=True)
     SB.own(*dirs)
     argv = SB.bwrap_args(dirs, readonly=[system / "proj" / ".venv"], hide=[system / "proj"])
-    p = subprocess.run(argv + ["/bin/sh", "-c", f"cat {system}/proj/data/t/solution/solve.sh; "
+    argv += ["/bin/sh", "-c", f"cat {system}/proj/data/t/solution/solve.sh; "
                                f"cat {system}/proj/.venv/bin/tool {system}/other/lib.txt; echo ok > {dirs[0]}/w; "
                                f"umount {system}/proj; mount -o remount,rw {system}; touch {system}/other/x; "
                                "grep CapEff /proc/self/status; cat /proc/sys/kernel/core_pattern > core; "
-                               "cat core > /proc/sys/kernel/core_pattern && echo SYSCTL-WRITTEN; id -u"],
-                       capture_output=True, text=True, **SB.spawn_kw())
+                               "cat core > /proc/sys/kernel/core_pattern && echo SYSCTL-WRITTEN; "
+                               "python3 -c 'import ctypes; print(\"KEY\", ctypes.CDLL(None).syscall("
+                               f"{SB.KEYRING_SYSCALLS[0xC000003E][0]}, b\"user\", b\"k\", b\"v\", 1, -3))'; id -u"]
+    p = subprocess.run(argv, capture_output=True, text=True, **SB.spawn_kw(argv))
+    SB.close_fds(argv)
     assert ORACLE not in p.stdout and "No such file" in p.stderr
     assert "a tool" in p.stdout and "system file" in p.stdout and (dirs[0] / "w").read_text() == "ok\n"
     # no capabilities, even as root: the mask cannot be lifted nor the system remounted writable
@@ -519,6 +522,8 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
     # /proc/sys stays read-only: a write to kernel/core_pattern would run a program as root outside (red team);
     # and as root, the command runs as nobody
     assert "SYSCTL-WRITTEN" not in p.stdout and "core_pattern" in p.stderr
+    if os.uname().machine == "x86_64":              # no keyring: keys would join all sandboxes (red team)
+        assert "KEY -1" in p.stdout, p.stdout
     assert p.stdout.split()[-1] == (str(SB.NOBODY) if os.geteuid() == 0 else str(os.geteuid()))
 
 
