@@ -573,6 +573,28 @@ def _set_calls(calls):
     return mutate
 
 
+async def one_chat(tmp_path, mutate, stream, **extra):
+    """One tool-carrying chat request through a proxy (trainer's max_tokens 77) to an Upstream whose reply
+    `mutate` changes: (status, body text, rollout, upstream)."""
+    import aiohttp
+    up = Upstream(mutate=mutate)
+    url = await up.start()
+    proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
+    await proxy.start()
+    r = R.Rollout(make_task(tmp_path / "t"), "mini")
+    proxy.register(r)
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra,
+            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url(r) + "/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {r.secret}"}) as resp:
+            status, text = resp.status, await resp.text()
+    await proxy.stop()
+    await proxy.client.close()
+    await up.runner.cleanup()
+    return status, text, r, up
+
+
 @pytest.mark.parametrize("fault,mutate", [
     ("no token ids", _drop("choices", 0, "token_ids")),
     ("no prompt ids", _drop("prompt_token_ids")),
@@ -584,25 +606,8 @@ def _set_calls(calls):
 def test_a_faulty_server_reply_is_a_recorded_error_and_a_neutral_answer(tmp_path, fault, mutate, stream):
     """Each used to be a 500 with nothing recorded (the rollout not marked ungraded): now the rollout is
     ungraded for a server fault, with the reason, and the harness gets a well-formed 400."""
-    async def go():
-        import aiohttp
-        up = Upstream(mutate=mutate)
-        url = await up.start()
-        proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0))
-        await proxy.start()
-        r = R.Rollout(make_task(tmp_path / "t"), "mini")
-        proxy.register(r)
-        body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream,
-                "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base_url(r) + "/chat/completions", json=body,
-                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
-                status, text = resp.status, await resp.text()
-        await proxy.stop()
-        await proxy.client.close()
-        await up.runner.cleanup()
-        return status, json.loads(text), r
-    status, answer, r = asyncio.run(go())
+    status, text, r, _ = asyncio.run(one_chat(tmp_path, mutate, stream))
+    answer = json.loads(text)
     assert status == 400 and answer["error"]["message"] == "model request failed"
     assert r.failure == "server" and r.turns == [] and r.errors and r.errors[0].startswith("server: "), r.errors
 
@@ -612,26 +617,7 @@ def test_odd_but_usable_requests_and_replies_are_served(tmp_path, stream):
     """A harness's max_tokens as a string is ignored (the trainer's limit holds); a tool call without an id gets
     one (the SSE stream used to break off at it); dict arguments become the JSON string harnesses expect."""
     calls = [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]
-
-    async def go():
-        import aiohttp
-        up = Upstream(mutate=_set_calls(calls))
-        url = await up.start()
-        proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
-        await proxy.start()
-        r = R.Rollout(make_task(tmp_path / "t"), "mini")
-        proxy.register(r)
-        body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream, "max_tokens": "100",
-                "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base_url(r) + "/chat/completions", json=body,
-                              headers={"Authorization": f"Bearer {r.secret}"}) as resp:
-                status, text = resp.status, await resp.text()
-        await proxy.stop()
-        await proxy.client.close()
-        await up.runner.cleanup()
-        return status, text, r, up
-    status, text, r, up = asyncio.run(go())
+    status, text, r, up = asyncio.run(one_chat(tmp_path, _set_calls(calls), stream, max_tokens="100"))
     assert status == 200 and r.errors == [] and len(r.turns) == 1 and up.requests[0]["max_tokens"] == 77
     if stream:
         events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
