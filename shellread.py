@@ -24,6 +24,7 @@ import base64
 import binascii
 import posixpath
 import re
+import warnings
 from dataclasses import dataclass, field
 
 MAX_TEXT = 200_000        # characters of one message or argument that are indexed or scanned
@@ -631,7 +632,9 @@ def _unescape(s):
     if "\\" not in s:
         return s
     try:
-        return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        with warnings.catch_warnings():     # "\*" and friends: invalid escapes stay as they are, silently
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
     except (UnicodeDecodeError, UnicodeEncodeError):
         return s
 

@@ -533,14 +533,20 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     srv.listen()
     srv.settimeout(6)
     port, got = srv.getsockname()[1], []
-    threading.Thread(target=lambda: got.append(srv.accept()[0].recv(100)) if True else None, daemon=True).start()
+
+    def listen():
+        try:
+            got.append(srv.accept()[0].recv(100))
+        except OSError:             # timed out or closed: nothing came
+            pass
+    threading.Thread(target=listen, daemon=True).start()
     send = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'LEAK')\" "
             '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n')
     task = T.load_task(make_task(tmp_path, tests={"test.sh": send}))
     assert T.verify(task, T.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
     time.sleep(0.3)
     assert got == [b"LEAK"]
-    threading.Thread(target=lambda: got.append(srv.accept()[0].recv(100)), daemon=True).start()
+    threading.Thread(target=listen, daemon=True).start()
     assert T.verify(task, T.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
     time.sleep(0.5)
     assert got == [b"LEAK"]
