@@ -14,7 +14,7 @@ What it does
   logits of 8 separate runs. One level: a branch of a branch is not expressible (see find_segments).
 - `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state),
   `generate` (temperature / top-p, seeded), `resolve_model` (HF cache lookup; GGUF files and names
-  through checkpoint.py), `write_tiny_checkpoint`.
+  through checkpoint.py). Tiny random checkpoints: tiny.py.
 
 What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
 vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels, branches
@@ -915,93 +915,3 @@ def resolve_model(name_or_path) -> Path:
         return candidates[0]
     raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub}; download it with:\n"
                           f"  hf download {repo}\n(or pass the path of a checkpoint directory)")
-
-
-# ----------------------------------------------------------------------------- tiny checkpoints
-
-TINY = dict(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            intermediate_size=128, max_position_embeddings=4096, norm_eps=1e-5)
-
-
-def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
-    """A small config.json dict in the family's real key layout (loadable by transformers too)."""
-    c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True)
-    if model_type == "lfm3":
-        c.update(conv_L_cache=7, sliding_window=8, conv_bias=False, use_sandwich_norm=True, use_attention_gate=True,
-                 layer_types=["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"],
-                 rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                                  "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
-                                                     "partial_rotary_factor": 0.5}})
-    elif model_type in ("lfm2", "lfm2_moe"):
-        c.pop("head_dim")
-        c.update(conv_L_cache=3, conv_bias=False, layer_types=["conv", "conv", "full_attention", "conv",
-                                                                 "full_attention", "conv"],
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-        if model_type == "lfm2":
-            c.update(block_auto_adjust_ff_dim=False)
-        else:
-            c.update(num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                     use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0)
-    elif model_type in ("llama", "qwen3"):
-        c.update(rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-        c.pop("norm_eps")
-        if model_type == "llama":
-            c.update(mlp_bias=False)
-    else:
-        Config.from_dict({"model_type": model_type})    # raises the clear error
-    c.update(over)
-    return c
-
-
-def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) -> Path:
-    """Write a tiny random checkpoint: config.json, model.safetensors, and a tokenizer + chat template in
-    the family's real format (built offline by chat.write_tiny_tokenizer). Used by tests and CPU demos."""
-    from safetensors.torch import save_file
-
-    from chat import write_tiny_tokenizer
-
-    d = Path(dir)
-    d.mkdir(parents=True, exist_ok=True)
-    tok = write_tiny_tokenizer(d, model_type)
-    cfg_d = tiny_config(model_type, vocab_size=tok["vocab_size"], bos_token_id=tok["bos_token_id"],
-                        eos_token_id=tok["eos_token_id"], pad_token_id=tok["pad_token_id"], **config_overrides)
-    cfg = Config.from_dict(cfg_d)
-    g = torch.Generator().manual_seed(seed)
-    model = CausalLM(cfg)
-    with torch.no_grad():
-        for k, t in model.state_dict(keep_vars=True).items():
-            if k == "lm_head.weight" and cfg.tie_word_embeddings:
-                continue
-            t.copy_(_tiny_init(k, t.shape, g))
-    save_file({k: v.contiguous() for k, v in hf_state_dict(model).items()}, str(d / "model.safetensors"),
-              metadata={"format": "pt"})
-    (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
-    return d
-
-
-def _tiny_init(k, shape, g):
-    if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
-        return 1.0 + 0.1 * torch.randn(shape, generator=g)
-    if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
-        return 0.3 * torch.randn(shape, generator=g)
-    scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
-    return scale * torch.randn(shape, generator=g)
-
-
-if __name__ == "__main__":   # smoke: python model.py [model_type]
-    import sys
-    import tempfile
-    import time
-
-    mt = sys.argv[1] if len(sys.argv) > 1 else "lfm3"
-    with tempfile.TemporaryDirectory() as tmp:
-        write_tiny_checkpoint(tmp, mt)
-        m = load_model(tmp)
-        from chat import ChatFormat
-        fmt = ChatFormat.from_checkpoint(tmp)
-        ids = fmt.render([{"role": "user", "content": "List the files in the work dir."}])
-        t0 = time.time()
-        out, lps = m.generate(ids, max_new_tokens=24, temperature=1.0, seed=0)
-        print(f"{mt}: {sum(p.numel() for p in m.parameters())} params, prompt {len(ids)} tokens, "
-              f"generated {len(out)} in {time.time() - t0:.2f}s: {fmt.decode(out)!r}")

@@ -50,6 +50,7 @@ import rollout as R
 import sandbox as SB
 import serve as S
 import tasks as T
+import tiny
 
 # ----------------------------------------------------------------------------- the recipe, in one table
 SHARED = dict(
@@ -193,7 +194,7 @@ def model_path(cfg, run_dir) -> Path:
     if cfg["model"] == "tiny":
         path = Path(os.environ.get("HARNESS_RL_CACHE", Path.home() / ".cache" / "harness-rl")) / "tiny-lfm3"
         if not (path / "model.safetensors").exists():
-            M.write_tiny_checkpoint(path, "lfm3", seed=cfg["seed"])
+            tiny.write_tiny_checkpoint(path, "lfm3", seed=cfg["seed"])
         return path
     return M.resolve_model(cfg["model"])
 

@@ -59,7 +59,7 @@ def session(rng, turns=15):
 
 def bench_merge(args):
     from chat import ChatFormat
-    from model import write_tiny_checkpoint
+    from tiny import write_tiny_checkpoint
 
     print("(a) trained tokens per 15-turn session: merged sequences vs one row per turn")
     print(f"    {'template':<10}{'turns':>6}{'sequences':>10}{'merged tok':>12}{'per-turn tok':>14}{'fewer':>8}")
@@ -179,7 +179,8 @@ def tree_step(rng, turns, groups=2, k=8, prompt=600, completion=48, tool=150, vo
 
 def bench_tree(args):
     import lora as L
-    from model import load_model, write_tiny_checkpoint
+    from model import load_model
+    from tiny import write_tiny_checkpoint
 
     print(f"(d) shared-prefix packing, budget {args.tree_budget} (more when the unshared step needs it), "
           f"{args.micro_batches} micro-batches, "

@@ -18,6 +18,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
 import serve as S  # noqa: E402
+import tiny  # noqa: E402
 
 
 async def session(url, i, args):
@@ -55,7 +56,7 @@ def main():
     ap.add_argument("--model-type", default="lfm3")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = M.write_tiny_checkpoint(tmp, args.model_type)
+        ckpt = tiny.write_tiny_checkpoint(tmp, args.model_type)
         h = S.start_local(ckpt, max_batch=max(64, args.sessions))
         try:
             asyncio.run(session(h.url, 0, args))      # warm-up

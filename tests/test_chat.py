@@ -10,7 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from chat import FAMILIES, ChatFormat, write_tiny_tokenizer  # noqa: E402
+from chat import ChatFormat  # noqa: E402
+from tiny import FAMILIES, write_tiny_tokenizer  # noqa: E402
 
 FAMILY_NAMES = ["lfm2", "lfm2_moe", "lfm3", "llama", "qwen3"]
 FORMAT_FAMILY = {"pythonic": "lfm2", "xml": "lfm3", "json": "qwen3"}

@@ -26,6 +26,7 @@ gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install gg
 
 import checkpoint as C   # noqa: E402
 import model as M   # noqa: E402
+import tiny as T  # noqa: E402
 from chat import ChatFormat   # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +111,7 @@ def write_gguf(src: Path, out: Path, arch="llama", qtype="f32", tokenizer_model=
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    src = M.write_tiny_checkpoint(d / "hf", "llama")
+    src = T.write_tiny_checkpoint(d / "hf", "llama")
     return src, write_gguf(src, d / "tiny.gguf")
 
 

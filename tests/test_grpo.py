@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo as G
+import tiny
 
 
 # ----------------------------------------------------------------------------- rewards, advantages
@@ -246,7 +247,7 @@ def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_ty
     import random
     import lora as L
     import model as M
-    model = M.load_model(M.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
+    model = M.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
     L.add_lora(model, rank=4, alpha=8, adapters=("p",), seed=0)
     L.set_adapter(model, "p")
     params = L.lora_parameters(model, "p")

@@ -7,6 +7,7 @@ import torch
 import grpo as G
 import lora as L
 import model as M
+import tiny
 from chat import ChatFormat
 
 
@@ -17,7 +18,7 @@ def digit_fraction(text):
 
 def test_grpo_raises_a_verifiable_reward(tmp_path):
     torch.manual_seed(0)
-    path = M.write_tiny_checkpoint(tmp_path, "lfm3", seed=0)
+    path = tiny.write_tiny_checkpoint(tmp_path, "lfm3", seed=0)
     model, fmt = M.load_model(path, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(path)
     L.add_lora(model, rank=8, alpha=16, adapters=("policy",), seed=0)
     L.set_adapter(model, "policy")

@@ -7,6 +7,7 @@ import torch
 
 import lora as L
 import model as M
+import tiny
 from test_model import DEVICE, TOL, rand_ids, save_hf
 
 peft = pytest.importorskip("peft")
@@ -175,7 +176,7 @@ def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):
 
 
 def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
-    ours = M.load_model(M.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
+    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
     L.add_lora(ours)      # the recipe's defaults: rank 32, alpha 32
     out = L.save_adapter(ours, tmp_path / "pi-v1")
     cfg = json.loads((out / "adapter_config.json").read_text())
@@ -201,9 +202,9 @@ def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_pa
     _, other = save_hf(tmp_path / "other", "lfm2", hidden_size=64)     # same layout, other width
     with pytest.raises(L.AdapterError, match=r"lora_A .* do not fit .*other base model"):
         L.load_adapter(other, tmp_path / "ad", adapter="x")
-    tiny = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
+    small = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
     with pytest.raises(L.AdapterError, match=r"self_attn.k_proj.lora_A.weight.*not a module of this model"):
-        L.load_adapter(tiny, tmp_path / "ad", adapter="x")
+        L.load_adapter(small, tmp_path / "ad", adapter="x")
     assert L.adapter_names(other) == [] and all("lora_A" not in n or not len(m.lora_A)
                                                  for n, m in other.named_modules() if isinstance(m, L.LoRALinear))
     from safetensors.torch import load_file, save_file
@@ -224,7 +225,7 @@ def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_pa
 
 
 def test_merge_and_merged_export_match_the_adapter(tmp_path):
-    path = M.write_tiny_checkpoint(tmp_path / "base", "lfm3")
+    path = tiny.write_tiny_checkpoint(tmp_path / "base", "lfm3")
     ours = M.load_model(path, dtype=torch.float32, device=DEVICE)
     L.add_lora(ours, rank=4)
     randomize(ours, "default")

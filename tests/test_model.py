@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import model as M
+import tiny
 
 transformers = pytest.importorskip("transformers")
 
@@ -140,7 +141,7 @@ def _tree_rows(vocab, g):
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_branches_equal_separate_runs(tmp_path, model_type):
     """A branch (a segment starting at p > 0) = root[:p] + branch run alone, in every family, on two rows."""
-    ours = M.load_model(M.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
+    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(0))
     seg = M.find_segments(pos)
     assert seg.branched and seg.shared[:7] == [0, 20, 9, 8, 7, 2, 0] and seg.root[1:6] == [0] * 5
@@ -153,7 +154,7 @@ def test_branches_equal_separate_runs(tmp_path, model_type):
 
 
 def test_branch_backward_matches_separate(tmp_path):
-    ours = M.load_model(M.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(1))
     ours(ids.to(DEVICE), pos.to(DEVICE)).logsumexp(-1).sum().backward()
@@ -337,7 +338,7 @@ def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeyp
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_type):
-    M.write_tiny_checkpoint(tmp_path, model_type, seed=1)
+    tiny.write_tiny_checkpoint(tmp_path, model_type, seed=1)
     ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).to(DEVICE).eval()
     ids = rand_ids(1, 19, high=ours.config.vocab_size)
@@ -347,9 +348,9 @@ def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_
 
 def test_tiny_checkpoint_is_deterministic_per_seed(tmp_path):
     from safetensors.torch import load_file
-    a = load_file(M.write_tiny_checkpoint(tmp_path / "a", "lfm3", seed=0) / "model.safetensors")
-    b = load_file(M.write_tiny_checkpoint(tmp_path / "b", "lfm3", seed=0) / "model.safetensors")
-    c = load_file(M.write_tiny_checkpoint(tmp_path / "c", "lfm3", seed=1) / "model.safetensors")
+    a = load_file(tiny.write_tiny_checkpoint(tmp_path / "a", "lfm3", seed=0) / "model.safetensors")
+    b = load_file(tiny.write_tiny_checkpoint(tmp_path / "b", "lfm3", seed=0) / "model.safetensors")
+    c = load_file(tiny.write_tiny_checkpoint(tmp_path / "c", "lfm3", seed=1) / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
@@ -357,7 +358,7 @@ def test_tiny_checkpoint_is_deterministic_per_seed(tmp_path):
 def test_tiny_checkpoint_chat_round_trip(tmp_path):
     """The tiny checkpoint's tokenizer, template and model work together: render, generate, decode."""
     from chat import ChatFormat
-    M.write_tiny_checkpoint(tmp_path, "lfm3")
+    tiny.write_tiny_checkpoint(tmp_path, "lfm3")
     fmt, ours = ChatFormat.from_checkpoint(tmp_path), M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = fmt.render([{"role": "user", "content": "hi"}])
     out, lps = ours.generate(ids, max_new_tokens=5, temperature=0, seed=0)

@@ -16,6 +16,7 @@ import rollout as R
 import sandbox as SB
 import serve as S
 import tasks as T
+import tiny
 
 SOLVE = "echo 42 > answer.txt"
 HACK = "echo 1 > /logs/verifier/reward.txt"
@@ -348,7 +349,7 @@ async def _probe_run(tmp, sandbox, systmp):
     """Two victims (they do nothing: score 0) and a probe (guard off), concurrently, through real proxies,
     mini harness processes and verifiers, next to a real embedded server with its key."""
     import model as M
-    ckpt = M.write_tiny_checkpoint(tmp / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2")
     server = S.start_local(ckpt, port=0, name="policy", max_model_len=512)
     task = make_task(tmp / "tasks")
     for f in ("solution/solve.sh", "tests/test.sh"):

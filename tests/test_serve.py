@@ -14,6 +14,7 @@ import torch
 import lora as L
 import model as M
 import serve as S
+import tiny
 from chat import ChatFormat
 from conftest import free_port, train_scripted_adapter
 
@@ -28,7 +29,7 @@ def env(tmp_path_factory):
     """One embedded server on the tiny LFM2 checkpoint, with a scripted adapter that answers a tool call
     and a random one; plus a plain copy of the model for reference forwards."""
     tmp = tmp_path_factory.mktemp("serve")
-    ckpt = M.write_tiny_checkpoint(tmp / "ckpt", "lfm2", seed=0)
+    ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2", seed=0)
     scripted = train_scripted_adapter(ckpt, ASK, CALL, tmp / "scripted", tools=TOOLS)
     ref = M.load_model(ckpt, dtype=torch.float32, device="cpu")
     L.add_lora(ref, rank=4, adapters=("rand",), seed=1)
@@ -336,7 +337,7 @@ def fake_vllm(tmp_path, monkeypatch):
 
 
 def test_vllm_command_has_the_documented_flags(tmp_path):
-    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     cmd, env = S.vllm_command(ckpt, 8123, rank=32, trainers=3, max_staleness=4)
     assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
@@ -345,13 +346,13 @@ def test_vllm_command_has_the_documented_flags(tmp_path):
     assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--generation-config"] == "vllm"
     assert flags["--tool-call-parser"] == "lfm2" and flags["--port"] == "8123"
     assert S.vllm_command(ckpt, 1, rank=20)[0][S.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
-    lfm3 = M.write_tiny_checkpoint(tmp_path / "lfm3", "lfm3")
+    lfm3 = tiny.write_tiny_checkpoint(tmp_path / "lfm3", "lfm3")
     with pytest.raises(ValueError, match="no LFM3"):
         S.vllm_command(lfm3, 1)
 
 
 def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
-    ckpt = M.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     port = free_port()
     h = S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
     try:
@@ -367,7 +368,7 @@ def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
 
 def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
-    ckpt = M.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     with pytest.raises(RuntimeError, match=r"exited with code 3(.|\n)*CUDA out of memory"):
         S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
 
@@ -379,7 +380,7 @@ def test_no_server_at_url_is_a_clear_error():
 
 def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     """A sandboxed agent shares the trainer's loopback: without the key it must not sample, list or (un)load."""
-    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")   # default: a new key
     assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != S.new_key()
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -422,9 +423,9 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
 
 def test_a_tiny_temperature_is_greedy_not_a_dead_engine(env):
     body = {"messages": ASK, "max_tokens": 4, "logprobs": True}
-    got, tiny = run(post(env["url"], "/v1/chat/completions", {**body, "temperature": 1e-300}))
+    got, low = run(post(env["url"], "/v1/chat/completions", {**body, "temperature": 1e-300}))
     _, greedy = run(post(env["url"], "/v1/chat/completions", {**body, "temperature": 0}))
-    assert got == 200 and tiny["choices"][0]["message"] == greedy["choices"][0]["message"]
+    assert got == 200 and low["choices"][0]["message"] == greedy["choices"][0]["message"]
 
 
 def test_a_diverged_adapter_fails_its_requests_not_the_server(env, tmp_path):
@@ -496,7 +497,7 @@ def test_a_client_that_leaves_stops_its_decoding(env):
 
 
 def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
-    ckpt = M.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     try:
         assert S._healthy(h.url)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import lora as L
+import tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +105,7 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
 def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     import model as M
     import train as T
-    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"], None)
     for step in (1, 2):
@@ -140,7 +141,7 @@ def test_every_numeric_flag_is_checked_up_front(flags, needle):
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
     import model as M
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
-    M.write_tiny_checkpoint(ckpt, "lfm3")
+    tiny.write_tiny_checkpoint(ckpt, "lfm3")
     m = M.load_model(ckpt, device="cpu")
     L.add_lora(m, rank=4, adapters=("a", "b"), seed=0)
     a = L.save_adapter(m, tmp_path / "ad-a", "a")
@@ -181,7 +182,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
 
     import model as M
     import train as T
-    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"], None) for spec in ("mini", "mini:b")]
     errors = []
@@ -220,7 +221,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     import serve as S
     import train as TR
 
-    path = M.write_tiny_checkpoint(tmp_path / "tiny")
+    path = tiny.write_tiny_checkpoint(tmp_path / "tiny")
     model = M.load_model(path)
     handle = S.start_local(path, model=model, name="tiny", max_model_len=2048)
     srv = handle.server
@@ -354,7 +355,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     import grpo as G
     import model as M
     import train as TR
-    m = M.load_model(M.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", beta=0.5)
     tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"], None)
     g = torch.Generator().manual_seed(0)
