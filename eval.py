@@ -34,6 +34,7 @@ import model as M
 import rollout as R
 import sandbox as SB
 import serve as S
+import servers as SV
 import tasks as T
 from train import SHARED, model_path
 
@@ -150,8 +151,8 @@ async def evaluate(args):
     if args.server == "local":
         handle = S.start_local(path, name=args.model, max_model_len=args.context)
     else:
-        handle = S.start_server(args.server, path, run_dir=out, trainers=1)
-    client = S.Client(handle.url, handle.api_key)
+        handle = SV.start_server(args.server, path, run_dir=out, trainers=1)
+    client = SV.Client(handle.url, handle.api_key)
     sandbox, warning = SB.resolve_sandbox(args.sandbox)
     if warning:
         print(warning, file=sys.stderr, flush=True)

@@ -49,6 +49,7 @@ import model as M
 import rollout as R
 import sandbox as SB
 import serve as S
+import servers as SV
 import tasks as T
 import tiny
 
@@ -597,10 +598,10 @@ async def run(cfg, resume=False):
         handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
                                threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
     else:
-        handle = S.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
+        handle = SV.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
                                 max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \
-            if cfg["server"] == "vllm" else S.start_server(cfg["server"], path)
-    client = S.Client(handle.url, handle.api_key)
+            if cfg["server"] == "vllm" else SV.start_server(cfg["server"], path)
+    client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
     if resume:
         restore_checkpoint(st, trainers)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harnesses as H  # noqa: E402
 import rollout as R  # noqa: E402
 import sandbox as SB  # noqa: E402
-import serve as S  # noqa: E402
+import servers as SV  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -71,7 +71,7 @@ async def load(urls_and_keys, requests):
 
 async def overhead(args):
     runner, up = await null_upstream()
-    client = S.Client(up)
+    client = SV.Client(up)
     proxy = R.Proxy(client, lambda: ("m", 0))
     await proxy.start()
     tmp = Path(tempfile.mkdtemp())
@@ -98,7 +98,7 @@ async def overhead(args):
 async def first_request(name, sandbox="dir"):
     seen = {}
     runner, up = await null_upstream(seen)
-    client = S.Client(up)
+    client = SV.Client(up)
     proxy = R.Proxy(client, lambda: ("m", 0))
     await proxy.start()
     harness = H.get_harness(name)

@@ -15,6 +15,7 @@ import harnesses as H
 import rollout as R
 import sandbox as SB
 import serve as S
+import servers as SV
 import tasks as T
 import tiny
 
@@ -99,7 +100,7 @@ class Upstream:
 
 async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto"):
     url = await upstream.start()
-    client = S.Client(url, timeout=30)
+    client = SV.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256})
     await proxy.start()
     task = task or make_task(tmp / "tasks")
@@ -210,7 +211,7 @@ def test_proxy_auth_and_unknown_paths(tmp_path):
         import aiohttp
         up = Upstream()
         url = await up.start()
-        proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0))
+        proxy = R.Proxy(SV.Client(url), adapter=lambda: ("m", 0))
         await proxy.start()
         r = R.Rollout(make_task(tmp_path / "t"), "mini")
         proxy.register(r)
@@ -249,7 +250,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
     async def go():
         up = Upstream()
         url = await up.start()
-        client = S.Client(url)
+        client = SV.Client(url)
         proxy = R.Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         it = iter(task_list)
@@ -363,7 +364,7 @@ async def _probe_run(tmp, sandbox, systmp):
     try:
         for up, guard in ((vup, True), (pup, False)):
             url = await up.start()
-            proxies.append(R.Proxy(S.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
+            proxies.append(R.Proxy(SV.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
             await proxies[-1].start()
         harness = H.get_harness("mini")
         victims = [R.Rollout(task, "mini", index=i) for i in range(2)]
@@ -468,7 +469,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     async def go():
         up = Upstream()
         url = await up.start()
-        proxy = R.Proxy(S.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
+        proxy = R.Proxy(SV.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
         await proxy.start()
         r = R.Rollout(task, name)
         up.calls = cheat_calls(task.path, box / r.id / "work")
@@ -538,7 +539,7 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
     async def go():
         up = Upstream(command=writer)
         url = await up.start()
-        proxy = R.Proxy(S.Client(url, timeout=30), adapter=lambda: ("m", 0))
+        proxy = R.Proxy(SV.Client(url, timeout=30), adapter=lambda: ("m", 0))
         await proxy.start()
         r = R.Rollout(make_task(tmp_path / "tasks"), "mini")
         try:
@@ -580,7 +581,7 @@ async def one_chat(tmp_path, mutate, stream, **extra):
     import aiohttp
     up = Upstream(mutate=mutate)
     url = await up.start()
-    proxy = R.Proxy(S.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
+    proxy = R.Proxy(SV.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
     await proxy.start()
     r = R.Rollout(make_task(tmp_path / "t"), "mini")
     proxy.register(r)

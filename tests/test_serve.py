@@ -14,6 +14,7 @@ import torch
 import lora as L
 import model as M
 import serve as S
+import servers as SV
 import tiny
 from chat import ChatFormat
 from conftest import free_port, train_scripted_adapter
@@ -338,31 +339,31 @@ def fake_vllm(tmp_path, monkeypatch):
 
 def test_vllm_command_has_the_documented_flags(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    cmd, env = S.vllm_command(ckpt, 8123, rank=32, trainers=3, max_staleness=4)
+    cmd, env = SV.vllm_command(ckpt, 8123, rank=32, trainers=3, max_staleness=4)
     assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
     assert "--enable-lora" in cmd and "--enable-auto-tool-choice" in cmd
     assert flags["--max-lora-rank"] == "32" and flags["--max-loras"] == str(3 * (4 + 2))
     assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--generation-config"] == "vllm"
     assert flags["--tool-call-parser"] == "lfm2" and flags["--port"] == "8123"
-    assert S.vllm_command(ckpt, 1, rank=20)[0][S.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
+    assert SV.vllm_command(ckpt, 1, rank=20)[0][SV.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
     lfm3 = tiny.write_tiny_checkpoint(tmp_path / "lfm3", "lfm3")
     with pytest.raises(ValueError, match="no LFM3"):
-        S.vllm_command(lfm3, 1)
+        SV.vllm_command(lfm3, 1)
 
 
 def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     port = free_port()
-    h = S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
+    h = SV.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
     try:
         seen = json.loads((fake_vllm / "argv.json").read_text())
         assert seen["lora_updating"] == "1" and "--enable-lora" in seen["argv"]
-        assert S._healthy(h.url) and h.api_key      # a key for every launched server
-        assert S.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
+        assert SV._healthy(h.url) and h.api_key      # a key for every launched server
+        assert SV.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
     finally:
         h.stop()
-    assert h.process.poll() is not None and not S._healthy(h.url)
+    assert h.process.poll() is not None and not SV._healthy(h.url)
     assert "fake vllm starting" in (fake_vllm / "run" / "vllm.log").read_text()
 
 
@@ -370,19 +371,19 @@ def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     with pytest.raises(RuntimeError, match=r"exited with code 3(.|\n)*CUDA out of memory"):
-        S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
+        SV.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
 
 
 def test_no_server_at_url_is_a_clear_error():
     with pytest.raises(RuntimeError, match="no healthy server"):
-        S.start_server(f"http://127.0.0.1:{free_port()}", "unused")
+        SV.start_server(f"http://127.0.0.1:{free_port()}", "unused")
 
 
 def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     """A sandboxed agent shares the trainer's loopback: without the key it must not sample, list or (un)load."""
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")   # default: a new key
-    assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != S.new_key()
+    assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != SV.new_key()
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
     async def go():
@@ -397,7 +398,7 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
                     req = s.post(h.url + path, json=body, headers=hdr) if body else s.get(h.url + path, headers=hdr)
                     async with req as r:
                         out[label, path] = r.status
-        client = S.Client(h.url, h.api_key)
+        client = SV.Client(h.url, h.api_key)
         try:
             answer = await client.chat(chat)
         finally:
@@ -414,7 +415,7 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     assert out["right", "/v1/chat/completions"] == 200 and out["right", "/v1/chat/%63ompletions"] == 200
     assert out["right", "/v1/%6coad_lora_adapter"] == 400 and out["right", "/v1/models"] == 200
     assert answer["choices"][0]["message"]["role"] == "assistant"
-    cmd, env = S.vllm_command(ckpt, 1, api_key="hrl-secret")
+    cmd, env = SV.vllm_command(ckpt, 1, api_key="hrl-secret")
     assert env["VLLM_API_KEY"] == "hrl-secret" and "hrl-secret" not in " ".join(cmd)   # not on the command line
 
 
@@ -500,9 +501,9 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     try:
-        assert S._healthy(h.url)
+        assert SV._healthy(h.url)
         h.server.engine.stop()
-        assert not S._healthy(h.url)
+        assert not SV._healthy(h.url)
         got, err = run(post(h.url, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))
         assert got == 503 and "engine" in err["message"]           # an answer, not a hang
     finally:

@@ -219,6 +219,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     import model as M
     import rollout as R
     import serve as S
+    import servers as SV
     import train as TR
 
     path = tiny.write_tiny_checkpoint(tmp_path / "tiny")
@@ -238,7 +239,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     srv.remove_adapter = spy_remove
 
     async def go():
-        client = S.Client(handle.url, handle.api_key)
+        client = SV.Client(handle.url, handle.api_key)
         trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"], client, server=srv) for spec in ("mini", "mini:b")]
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})

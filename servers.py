@@ -1,0 +1,180 @@
+"""Starting and reaching inference servers: the vLLM launcher, `start_server`, and the client the trainer and
+the proxy use - without the embedded engine (serve.py), which `start_server("local")` imports only then.
+
+- `vllm_command(...)` builds the `vllm serve` command line for serving every adapter of a run from one server
+  (LoRA, rank, max loras from trainers x staleness, processed logprobs, the family's tool parser) and its
+  environment (runtime LoRA updating; the run's API key as VLLM_API_KEY, off the command line);
+  `start_server("vllm", ...)` runs it with its log in the run directory, waits for /health, and stops it with
+  its process group. `start_server(URL)` connects to a server someone else runs (key: $HARNESS_RL_API_KEY).
+- `Handle`: what a started server is (URL, stop, its key); `new_key()` a fresh random key per server.
+- `Client`: the one small async client (Bearer key), errors raised with the server's message.
+
+Left out: GPU placement, tensor parallelism and the memory fraction of vLLM (see the vLLM issue), several
+servers behind one client.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import ClientSession, ClientTimeout
+
+import lora as L
+import model as M
+
+
+@dataclass
+class Handle:
+    url: str            # base URL, ".../v1" appended by clients
+    stop: object        # callable
+    process: object = None
+    server: object = None
+    api_key: str | None = None      # what a client must send (Bearer); None: the server is open
+
+
+def new_key():
+    """A fresh random API key: each run's server gets its own, held by its proxies only."""
+    return "hrl-" + secrets.token_urlsafe(32)
+
+
+VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
+
+
+def vllm_command(model_path, port, rank=32, trainers=1, max_staleness=4, model_type=None, max_model_len=None,
+                 extra=(), api_key=None):
+    """The `vllm serve` command line and environment for serving every adapter of a run from one server."""
+    model_type = model_type or M.read_config(M.resolve_model(model_path)).model_type
+    if model_type == "lfm3":
+        raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
+    ranks = L.VLLM_RANKS
+    max_rank = next((r for r in ranks if r >= rank), None)
+    if max_rank is None:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {ranks[-1]}")
+    max_loras = trainers * (max_staleness + 2)        # every version a rollout may still be using, per trainer
+    cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora", "--max-lora-rank", str(max_rank),
+           "--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras),
+           "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+           "--enable-auto-tool-choice", "--tool-call-parser", VLLM_TOOL_PARSERS[model_type]]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+    if api_key:      # vLLM reads it from the environment too: kept off the command line (ps shows argv)
+        env["VLLM_API_KEY"] = api_key
+    return cmd + list(extra), env
+
+
+def start_vllm(model_path, run_dir, port=8000, health_timeout=900, api_key="new", **kw) -> Handle:
+    """Start `vllm serve` (log: run_dir/vllm.log), wait for /health; on death, raise with the log tail.
+    api_key as in start_local."""
+    api_key = new_key() if api_key == "new" else api_key
+    cmd, env = vllm_command(model_path, port, api_key=api_key, **kw)
+    if shutil.which(cmd[0], path=env.get("PATH")) is None:
+        raise RuntimeError("vllm is not installed (pip install -r requirements-gpu.txt), or use --server local")
+    log_path = Path(run_dir) / "vllm.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def stop(timeout=30):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+    deadline = time.time() + health_timeout
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            stop()
+            raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} ends:\n{tail}")
+        if _healthy(url):
+            return Handle(url, stop, process=proc, api_key=api_key)
+        if time.time() > deadline:
+            stop()
+            raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
+        time.sleep(0.5)
+
+
+def _healthy(url):
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
+    """kind: "local" (embedded), "vllm" (launch it), or the URL of a server someone else runs."""
+    if kind == "local":
+        import serve     # the embedded engine, only when it is asked for
+        return serve.start_local(model_path, **kw)
+    if kind == "vllm":
+        return start_vllm(model_path, run_dir, **kw)
+    url = kind.rstrip("/").removesuffix("/v1")
+    if not _healthy(url):
+        raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
+    return Handle(url, lambda: None, api_key=os.environ.get("HARNESS_RL_API_KEY"))
+
+
+# ----------------------------------------------------------------------------- the client
+
+class Client:
+    """Async client for our server or vLLM. Errors raise RuntimeError with the server's message."""
+
+    def __init__(self, url, api_key=None, timeout=600):
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.timeout = ClientTimeout(total=timeout)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session = None
+
+    async def session(self):
+        if self._session is None or self._session.closed:
+            self._session = ClientSession(timeout=self.timeout, headers=self.headers)
+        return self._session
+
+    async def close(self):
+        if self._session is not None:
+            await self._session.close()
+
+    async def post(self, path, body, retries=0):
+        for attempt in range(retries + 1):
+            try:
+                s = await self.session()
+                async with s.post(self.url + path, json=body) as r:
+                    text = await r.text()
+                    if r.status == 200:
+                        return json.loads(text) if r.content_type == "application/json" else text
+                    if r.status < 500 or attempt == retries:
+                        raise RuntimeError(f"POST {path} -> {r.status}: {text[:500]}")
+            except (OSError, asyncio.TimeoutError) as e:
+                if attempt == retries:
+                    raise RuntimeError(f"POST {path} failed: {e!r}") from None
+            await asyncio.sleep(min(2 ** attempt, 10))
+
+    async def chat(self, body):
+        return await self.post("/v1/chat/completions", body)
+
+    async def load_adapter(self, name, path, retries=3):
+        return await self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, retries)
+
+    async def unload_adapter(self, name, retries=3):
+        return await self.post("/v1/unload_lora_adapter", {"lora_name": name}, retries)
+
+    async def models(self):
+        s = await self.session()
+        async with s.get(self.url + "/v1/models") as r:
+            return await r.json()
