@@ -42,10 +42,10 @@ from aiohttp import web
 
 import grpo
 import sandbox as SB
+from servers import MAX_BODY
 import tasks as T
 from guard import Guard
 
-MAX_BODY = 16 * 2**20
 CONTEXT_ERROR = "maximum context length"
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
@@ -106,7 +106,7 @@ class Proxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        self.url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"
+        self.url = f"http://{host}:{self._runner.addresses[0][1]}"
         return self.url
 
     async def stop(self):

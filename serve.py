@@ -39,9 +39,8 @@ from aiohttp import web
 import lora as L
 import model as M
 from chat import ChatFormat
-from servers import Handle, new_key
+from servers import MAX_BODY, Handle, new_key
 
-MAX_BODY = 32 * 2**20
 CHAT_FIELDS = {  # field -> accepted types; everything else is refused with a 400 naming the field
     "model": str, "messages": list, "tools": (list, type(None)), "tool_choice": (str, dict, type(None)),
     "temperature": (int, float, type(None)), "top_p": (int, float, type(None)), "top_k": (int, type(None)),
@@ -642,7 +641,7 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, host, port)
         loop.run_until_complete(site.start())
-        box["port"], box["loop"], box["runner"] = site._server.sockets[0].getsockname()[1], loop, runner
+        box["port"], box["loop"], box["runner"] = runner.addresses[0][1], loop, runner
         started.set()
         loop.run_forever()
         loop.run_until_complete(runner.cleanup())

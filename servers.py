@@ -30,6 +30,8 @@ from aiohttp import ClientSession, ClientTimeout
 import lora as L
 import model as M
 
+MAX_BODY = 32 * 2**20       # the largest request body the embedded server and the proxy accept
+
 
 @dataclass
 class Handle:

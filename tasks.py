@@ -59,10 +59,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sandbox as SB
+from guard import RULES
 
 DATA = Path(__file__).resolve().parent / "data"
 SUITES = ("toy", "numbers", "smoldata", "repo2rl")
-GUARD_RULES = ("declared-tool", "hosts", "reward-hacking", "test-editing", "answer-lookup", "credentials")
+GUARD_RULES = RULES                           # the rule ids a task's [guard] allow_rules may name
 HOLDOUT_FRACTION = 0.15                       # 40 of the 270 published Repo2RLEnvs
 HOLDOUT_CAP = {"repo2rl": 40, "smoldata": 150}  # the recipe's held-out counts at full size
 DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}

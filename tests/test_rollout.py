@@ -95,7 +95,7 @@ class Upstream:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
 async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto"):
