@@ -292,13 +292,14 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
     they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
     does that, once, with the run's numbers)."""
-    box = Path(root).resolve() / r.id     # absolute: bwrap mounts and the guard judge real paths
+    root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
+    box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
     proc = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
-    proxy.register(r, work, home, private=[Path(root).resolve()])
+    proxy.register(r, work, home, private=[root])
     try:
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
@@ -311,7 +312,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
-            hide = SB.private_paths(Path(r.task.path).resolve().parent, Path(root).resolve())
+            hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
             argv = SB.bwrap_args([work, home, tmp], SB.tool_paths(harness.sandbox_paths()), hide) + list(argv)
         elif sandbox != "dir":
             raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
@@ -344,7 +345,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
             r.score, r.reason = None, r.errors[0]
         else:
             res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message, sandbox=sandbox,
-                                          hide=[Path(root).resolve()])
+                                          hide=[root])
             r.score, r.reason = res.score, res.reason
             if res.score is None:
                 r.failure = "verifier"

@@ -26,8 +26,8 @@ the namespaces still apply).
 warning. "dir" is no isolation: the same user, no mounts, no PID namespace (see DIR_WARNING).
 
 Left out: network isolation (the harness must reach its proxy on loopback; the guard's hosts rule is the
-recipe's network policy), CPU / memory limits, seccomp filters, one uid per sandbox (they share `nobody`,
-kept apart by mounts and PID namespaces), containers.
+recipe's network policy), CPU / memory limits, seccomp rules beyond the keyrings, one uid per sandbox (they
+share `nobody`, kept apart by mounts and PID namespaces), containers.
 """
 from __future__ import annotations
 
