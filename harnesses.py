@@ -1,28 +1,25 @@
 """The coding-agent harnesses a rollout runs in: pi, opencode and hermes (real, unmodified, pinned) and `mini`
-(a small built-in tool loop for tests and CPU demos). Facts behind every setting: shared/harnesses.md.
+(the small built-in agent, the separate program mini.py). Facts behind every setting: shared/harnesses.md.
 
 Per harness (`HARNESSES[name]`, one instance each):
 - `install()` puts the pinned release into a cache directory once ($HARNESS_RL_CACHE/<name>-<version>, default
   ~/.cache/harness-rl/harnesses/...): npm for pi and opencode, its own venv for hermes. A file lock makes
   concurrent callers wait for one install; a marker file written last makes it idempotent.
-- `prepare()` writes the per-rollout config into the sandbox HOME: the proxy's base URL (rollout id in its
-  path), the per-rollout secret as API key, and every offline / quiet setting (no telemetry, update checks,
-  lazy installs, plugin installs, title requests, context files from parent directories; retries: pi none,
-  hermes 1, opencode's fixed 5 cannot be configured).
+- `prepare()` writes the per-rollout config into HOME (the caller made home, work and tmp): the proxy's base URL
+  (rollout id in its path), the per-rollout secret as API key, max_tokens and context (required: train.py's
+  numbers), and every offline / quiet setting (no telemetry, update checks, lazy installs, plugin installs, title
+  requests, context files from parent directories; retries: pi none, hermes 1, opencode's fixed 5 can't be set).
 - `launch()` returns the one-shot command (the binary install() put in place: call install() once first) and
   its COMPLETE environment, built from a minimal base (PATH, LANG, HOME, TMPDIR + the harness's own
   variables): nothing of the caller's, such as API keys, leaks in. The caller runs it with cwd = work dir.
 - `succeeded()` is the harness's own verdict: the exit code; hermes exits 0 when the API fails, so there
   the usage file's "failed" decides.
 
-CLI: `python harnesses.py install [pi opencode hermes]`, and `python harnesses.py mini --base-url URL
---api-key KEY --model M [--max-turns N] [--stream] PROMPT`, the built-in agent (tools bash, read, write,
-edit run in its cwd; exit 0 when the model stops calling tools or after max turns, 1 on an API error).
+CLI: `python harnesses.py install [pi opencode hermes]`. mini is its own program (`python mini.py`).
 
 Left out: the sandbox, process group, timeout and proxy (rollout.py); transcripts (the proxy records every
-turn); versions other than the pinned ones; Windows. mini has no context management, no permission layer
-and no retries. pi and hermes get the prompt as an argument (so at most 128 KiB); one starting with "-" or
-"@" gets a leading space (they would read it as an option or a file to attach).
+turn); versions other than the pinned ones; Windows. pi and hermes get the prompt as an argument (so at most
+128 KiB); one starting with "-" or "@" gets a leading space (they would read it as an option or a file to attach).
 """
 from __future__ import annotations
 
@@ -34,16 +31,13 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import sandbox as SB
+
 PROVIDER = "harness-rl"          # the provider name written into every harness config
 MARKER = ".installed"            # written last by install(): its presence means the install is complete
-MINI_MAX_TURNS = 30
-MINI_BASH_TIMEOUT = 180          # seconds per bash tool call in mini
-MINI_OUTPUT_CHARS = 16_000       # tool output kept per call in mini (head and tail)
 
 
 @dataclass
@@ -203,9 +197,7 @@ class Pi(Harness):
     def binary(self, root):
         return root / "node_modules" / ".bin" / "pi"
 
-    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
-        for d in (home, work, tmp):
-            Path(d).mkdir(parents=True, exist_ok=True)
+    def prepare(self, home, work, tmp, base_url, api_key, model, *, max_tokens, context):
         agent = Path(home) / ".pi" / "agent"
         _write_json(agent / "models.json", {"providers": {PROVIDER: {
             "baseUrl": base_url, "api": "openai-completions", "apiKey": api_key,
@@ -239,9 +231,7 @@ class OpenCode(Harness):
     def binary(self, root):
         return root / "node_modules" / ".bin" / "opencode"
 
-    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
-        for d in (home, work, tmp):
-            Path(d).mkdir(parents=True, exist_ok=True)
+    def prepare(self, home, work, tmp, base_url, api_key, model, *, max_tokens, context):
         cfg = Path(home) / ".config" / "opencode"
         _write_json(cfg / "opencode.json", {
             "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": PROVIDER,
@@ -294,9 +284,7 @@ class Hermes(Harness):
         except OSError:
             return [root]
 
-    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
-        for d in (home, work, tmp):
-            Path(d).mkdir(parents=True, exist_ok=True)
+    def prepare(self, home, work, tmp, base_url, api_key, model, *, max_tokens, context):
         _write(Path(home) / ".hermes" / "config.yaml", _yaml({
             "model": {"provider": PROVIDER, "default": model, "context_length": max(context, self.MIN_CONTEXT),
                       "max_tokens": max_tokens},
@@ -310,7 +298,6 @@ class Hermes(Harness):
         return Launch(argv, env, None)
 
     def succeeded(self, returncode, home, tmp):
-        import sandbox as SB         # here, not at the top: mini runs this file alone inside a sandbox
         path = Path(tmp) / self.USAGE
         try:        # in the sandbox's tmp: no link, no FIFO, bounded (sandbox.read_untrusted)
             usage = json.loads(SB.read_untrusted(path))
@@ -328,152 +315,27 @@ class Hermes(Harness):
 # ----------------------------------------------------------------------------- mini
 
 class Mini(Harness):
-    """The built-in agent (`mini_main` below), run as a subprocess of this file like any other harness."""
-    name, version, package = "mini", "1", "harnesses.py"
+    """The built-in agent mini.py, run as a subprocess like any other harness: nothing to install (stdlib only)."""
+    name, version, package = "mini", "1", "mini.py"
+    FILE = Path(__file__).resolve().parent / "mini.py"
 
     def install(self, cache_dir=None, quiet=False):
-        return Path(__file__).resolve().parent            # nothing to install: stdlib only
+        return self.FILE.parent
 
     def binary(self, root):
-        return Path(__file__).resolve()
+        return self.FILE
 
     def sandbox_paths(self):
-        return [Path(__file__).resolve()]      # this file only: not the project beside it (data/, runs/)
+        return [self.FILE]      # that file only: not the project beside it (data/, runs/)
 
-    def prepare(self, home, work, tmp, base_url, api_key, model, max_tokens=4096, context=131072):
-        for d in (home, work, tmp):
-            Path(d).mkdir(parents=True, exist_ok=True)
+    def prepare(self, home, work, tmp, base_url, api_key, model, *, max_tokens, context):
         _write_json(Path(home) / ".mini" / "config.json", {"base_url": base_url, "api_key": api_key, "model": model,
-                                                           "max_tokens": max_tokens, "max_turns": MINI_MAX_TURNS})
+                                                           "max_tokens": max_tokens})   # no context management
 
     def launch(self, prompt, home, work, tmp, rollout_id):
-        c = json.loads((Path(home) / ".mini" / "config.json").read_text())
-        argv = [sys.executable, str(Path(__file__).resolve()), "mini", "--base-url", c["base_url"],
-                "--model", c["model"], "--max-tokens", str(c["max_tokens"]), "--max-turns", str(c["max_turns"]),
-                "--", prompt]
-        # the key travels in the environment, not on the (world-readable) command line; mini drops it
-        # before running tools
-        return Launch(argv, self.env(home, tmp, MINI_API_KEY=c["api_key"], PYTHONUNBUFFERED=1), None)
-
-
-MINI_SYSTEM = ("You are a coding agent working in the current directory. Use the tools to inspect and change "
-               "files and run commands. When the task is done, reply with a short summary and no tool call.")
-
-
-def _tool(name, description, **params):
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
-        "required": list(params)}}}
-
-
-MINI_TOOLS = [
-    _tool("bash", "Run a bash command in the working directory; returns its output and exit code.",
-          command="the command"),
-    _tool("read", "Read a text file.", path="file path, relative to the working directory"),
-    _tool("write", "Create or overwrite a file.", path="file path", content="the full new content"),
-    _tool("edit", "Replace one exact occurrence of `old` in a file by `new`.", path="file path",
-          old="text to replace (must occur exactly once)", new="replacement text"),
-]
-
-
-def _clip(text: str, n=MINI_OUTPUT_CHARS) -> str:
-    return text if len(text) <= n else f"{text[:n // 2]}\n... [{len(text) - n} characters cut] ...\n{text[-n // 2:]}"
-
-
-def mini_tool(name: str, arguments: str) -> str:
-    """Run one of mini's tools in the current directory; errors come back as text, as in the real harnesses."""
-    try:
-        a = json.loads(arguments or "{}")
-        if name == "bash":
-            p = subprocess.run(["bash", "-c", a["command"]], capture_output=True, text=True, errors="replace",
-                               stdin=subprocess.DEVNULL, timeout=MINI_BASH_TIMEOUT)
-            out = (p.stdout + p.stderr) or "(no output)"
-            return _clip(out + (f"\n(exit code {p.returncode})" if p.returncode else ""))
-        if name == "read":
-            return _clip(Path(a["path"]).read_text(errors="replace"))
-        if name == "write":
-            path = Path(a["path"])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(a["content"])
-            return f"wrote {len(a['content'])} characters to {a['path']}"
-        if name == "edit":
-            path = Path(a["path"])
-            text = path.read_text()
-            if (n := text.count(a["old"])) != 1 or not a["old"]:
-                return f"error: the old text occurs {n} times in {a['path']}; it must occur exactly once"
-            path.write_text(text.replace(a["old"], a["new"], 1))
-            return f"edited {a['path']}"
-        return f"error: unknown tool {name!r}; the tools are bash, read, write, edit"
-    except subprocess.TimeoutExpired:
-        return f"error: the command timed out after {MINI_BASH_TIMEOUT} s"
-    except KeyError as e:
-        return f"error: missing argument {e}"
-    except (ValueError, TypeError, OSError) as e:
-        return f"error: {type(e).__name__}: {e}"
-
-
-def _read_sse(response) -> dict:
-    """Assemble a streamed chat completion (role / content / tool-call deltas) into one message."""
-    content, calls = [], {}
-    for raw in response:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        chunk = json.loads(data)
-        if chunk.get("error"):
-            raise ValueError(f"error in stream: {chunk['error']}")
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            content.append(delta.get("content") or "")
-            for tc in delta.get("tool_calls") or []:
-                c = calls.setdefault(tc.get("index", 0), {"id": "", "type": "function",
-                                                          "function": {"name": "", "arguments": ""}})
-                c["id"] = tc.get("id") or c["id"]
-                c["function"]["name"] += (tc.get("function") or {}).get("name") or ""
-                c["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
-    return {"role": "assistant", "content": "".join(content) or None, "tool_calls": [calls[i] for i in sorted(calls)]}
-
-
-def mini_chat(base_url, api_key, model, messages, max_tokens, stream=False, timeout=600) -> dict:
-    body = {"model": model, "messages": messages, "tools": MINI_TOOLS, "max_tokens": max_tokens}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    request = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Authorization": f"Bearer {api_key}",
-                                              "Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # the server is local: no http_proxy
-    with opener.open(request, timeout=timeout) as response:
-        return _read_sse(response) if stream else json.loads(response.read())["choices"][0]["message"]
-
-
-def mini_main(args) -> int:
-    api_key = args.api_key or os.environ.get("MINI_API_KEY", "")
-    os.environ.pop("MINI_API_KEY", None)                 # the tools must not see it
-    messages = [{"role": "system", "content": MINI_SYSTEM}, {"role": "user", "content": args.prompt}]
-    for _ in range(args.max_turns):
-        try:
-            msg = mini_chat(args.base_url, api_key, args.model, messages, args.max_tokens, args.stream, args.timeout)
-        except urllib.error.HTTPError as e:
-            print(f"mini: API error: HTTP {e.code}: {e.read()[:1000].decode('utf-8', 'replace')}", file=sys.stderr)
-            return 1
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-            print(f"mini: API error: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
-        calls = msg.get("tool_calls") or []
-        messages.append({"role": "assistant", "content": msg.get("content"),
-                         **({"tool_calls": calls} if calls else {})})
-        if not calls:
-            print(msg.get("content") or "")
-            return 0
-        for call in calls:
-            fn = call.get("function") or {}
-            messages.append({"role": "tool", "tool_call_id": call.get("id", ""),
-                             "content": mini_tool(fn.get("name", ""), fn.get("arguments", ""))})
-    print(f"mini: stopped after {args.max_turns} turns", file=sys.stderr)
-    return 0
+        # mini reads $HOME/.mini/config.json itself: the key is on no (world-readable) command line and in no
+        # environment the tools it runs could inherit
+        return Launch([sys.executable, str(self.FILE), "--", prompt], self.env(home, tmp, PYTHONUNBUFFERED=1))
 
 
 # ----------------------------------------------------------------------------- registry, CLI
@@ -488,25 +350,14 @@ def get_harness(name: str) -> Harness:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Install the pinned harnesses, or run the built-in mini agent.")
+    ap = argparse.ArgumentParser(description="Install the pinned harnesses (mini, the built-in agent, is mini.py).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("install", help="install harnesses into the cache (idempotent)")
     i.add_argument("names", nargs="*", default=["pi", "opencode", "hermes"], metavar="NAME",
                    help="pi, opencode, hermes (default: all three)")
     i.add_argument("--cache-dir", default=None, help="default: $HARNESS_RL_CACHE or ~/.cache/harness-rl/harnesses")
     i.add_argument("--quiet", action="store_true")
-    m = sub.add_parser("mini", help="the built-in agent: an OpenAI tool-calling loop in the current directory")
-    m.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
-    m.add_argument("--api-key", default=None, help="default: $MINI_API_KEY")
-    m.add_argument("--model", required=True)
-    m.add_argument("--max-turns", type=int, default=MINI_MAX_TURNS)
-    m.add_argument("--max-tokens", type=int, default=4096)
-    m.add_argument("--timeout", type=float, default=600, help="seconds per request")
-    m.add_argument("--stream", action="store_true", help="ask for SSE chunks")
-    m.add_argument("prompt")
     args = ap.parse_args(argv)
-    if args.cmd == "mini":
-        return mini_main(args)
     for name in args.names:
         try:
             h = get_harness(name)

@@ -110,7 +110,8 @@ async def first_request(name, sandbox="dir"):
             d.mkdir()
         r = R.Rollout(type("Task", (), {"guard": {}, "name": "bench"})(), name)
         proxy.register(r, work)
-        harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy")
+        # measured up to the first request: max_tokens and context do not matter here
+        harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy", max_tokens=256, context=8192)
         launch = harness.launch("List the files.", home, work, t, r.id)
         argv = launch.argv
         if sandbox == "bwrap":

@@ -1,4 +1,4 @@
-"""harnesses.py: the configs each harness gets (unit), and the real pi / opencode / hermes binaries plus mini
+"""harnesses.py: the configs each harness gets (unit), and the real pi / opencode / hermes binaries plus mini.py
 driven one-shot against a scripted OpenAI-compatible server (integration: `python harnesses.py install`)."""
 import asyncio
 import json
@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 import harnesses as H
+import mini as M
 from conftest import free_port
 
 SECRET = "rollout-secret-7f3a"
@@ -36,9 +37,10 @@ def sandbox(tmp_path):
     return dirs
 
 
-def prepared(name, sandbox, base=BASE, **kw):
+def prepared(name, sandbox, base=BASE, max_tokens=4096, context=131072):
     h = H.get_harness(name)
-    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], base, SECRET, MODEL, **kw)
+    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], base, SECRET, MODEL, max_tokens=max_tokens,
+              context=context)
     return h
 
 
@@ -83,7 +85,7 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
     settings = json.loads((agent / "settings.json").read_text())
     assert settings == {"enableInstallTelemetry": False, "retry": {"enabled": False, "provider": {"maxRetries": 0}},
                         "compaction": {"reserveTokens": 16384}}
-    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], BASE, SECRET, MODEL, context=8192)
+    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], BASE, SECRET, MODEL, max_tokens=1234, context=8192)
     assert json.loads((agent / "settings.json").read_text())["compaction"] == {"reserveTokens": 2048}
     assert (agent / "models.json").stat().st_mode & 0o077 == 0          # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
@@ -174,27 +176,29 @@ def test_a_prompt_that_looks_like_an_option_or_a_file_stays_a_prompt(name, sandb
         assert " " + prompt in argv and prompt not in argv
 
 
-def test_mini_passes_its_key_in_the_environment_not_the_command_line(sandbox):
-    h = prepared("mini", sandbox)
+def test_mini_reads_its_key_from_its_config_not_the_command_line_or_environment(sandbox):
+    h = prepared("mini", sandbox, max_tokens=1234)
+    config = sandbox["home"] / ".mini" / "config.json"
+    assert json.loads(config.read_text()) == {"base_url": BASE, "api_key": SECRET, "model": MODEL, "max_tokens": 1234}
+    assert config.stat().st_mode & 0o077 == 0                        # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
-    assert launch.argv[:3] == [sys.executable, str(Path(H.__file__).resolve()), "mini"]
-    assert SECRET not in " ".join(launch.argv) and launch.env["MINI_API_KEY"] == SECRET
-    assert launch.argv[launch.argv.index("--base-url") + 1] == BASE and launch.argv[-1] == PROMPT
+    assert launch.argv == [sys.executable, str(Path(M.__file__).resolve()), "--", PROMPT]
+    assert SECRET not in " ".join(launch.argv) and SECRET not in " ".join(launch.env.values())
 
 
 def test_mini_tools_act_in_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert H.mini_tool("write", json.dumps({"path": "d/a.txt", "content": "x = 1\n"})).startswith("wrote")
-    assert H.mini_tool("read", json.dumps({"path": "d/a.txt"})) == "x = 1\n"
-    assert H.mini_tool("edit", json.dumps({"path": "d/a.txt", "old": "1", "new": "2"})) == "edited d/a.txt"
+    assert M.run_tool("write", json.dumps({"path": "d/a.txt", "content": "x = 1\n"})).startswith("wrote")
+    assert M.run_tool("read", json.dumps({"path": "d/a.txt"})) == "x = 1\n"
+    assert M.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "1", "new": "2"})) == "edited d/a.txt"
     assert (tmp_path / "d/a.txt").read_text() == "x = 2\n"
-    assert "exactly once" in H.mini_tool("edit", json.dumps({"path": "d/a.txt", "old": "y", "new": "z"}))
-    assert H.mini_tool("bash", json.dumps({"command": "cat d/a.txt; exit 3"})) == "x = 2\n\n(exit code 3)"
-    assert H.mini_tool("bash", json.dumps({"command": "true"})) == "(no output)"
-    assert H.mini_tool("bash", "{not json").startswith("error: JSONDecodeError")
-    assert H.mini_tool("read", json.dumps({"path": "missing"})).startswith("error: FileNotFoundError")
-    assert H.mini_tool("bash", "{}") == "error: missing argument 'command'"
-    assert H.mini_tool("python", "{}").startswith("error: unknown tool")
+    assert "exactly once" in M.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "y", "new": "z"}))
+    assert M.run_tool("bash", json.dumps({"command": "cat d/a.txt; exit 3"})) == "x = 2\n\n(exit code 3)"
+    assert M.run_tool("bash", json.dumps({"command": "true"})) == "(no output)"
+    assert M.run_tool("bash", "{not json").startswith("error: JSONDecodeError")
+    assert M.run_tool("read", json.dumps({"path": "missing"})).startswith("error: FileNotFoundError")
+    assert M.run_tool("bash", "{}") == "error: missing argument 'command'"
+    assert M.run_tool("python", "{}").startswith("error: unknown tool")
 
 
 def test_install_failure_shows_the_installer_output_and_leaves_no_marker(tmp_path):
@@ -365,7 +369,7 @@ def run_harness(h, sandbox, server, timeout=180, flags=()):
     and nothing of it may survive. `flags` go before mini's `--`. Returns (returncode,
     output, seconds)."""
     home, work, tmp = sandbox["home"], sandbox["work"], sandbox["tmp"]
-    h.prepare(home, work, tmp, f"{server.url}/r/{RID}/v1", SECRET, MODEL, max_tokens=512)
+    h.prepare(home, work, tmp, f"{server.url}/r/{RID}/v1", SECRET, MODEL, max_tokens=512, context=131072)
     launch = h.launch(PROMPT, home, work, tmp, RID)
     at = launch.argv.index("--") if flags else 0
     launch.argv[at:at] = list(flags)
@@ -479,7 +483,7 @@ def test_mini_exits_1_with_the_error_when_the_upstream_fails(sandbox, failing_se
 def test_mini_stops_after_max_turns(sandbox, server):
     server.reply = lambda body: (None, [{"id": CALL_ID, "type": "function",
                                          "function": {"name": "bash", "arguments": json.dumps({"command": "true"})}}])
-    p = subprocess.run([sys.executable, H.__file__, "mini", "--base-url", f"{server.url}/r/{RID}/v1", "--api-key",
-                        SECRET, "--model", MODEL, "--max-turns", "3", PROMPT], cwd=sandbox["work"],
+    p = subprocess.run([sys.executable, M.__file__, "--base-url", f"{server.url}/r/{RID}/v1", "--api-key", SECRET,
+                        "--model", MODEL, "--max-tokens", "512", "--max-turns", "3", PROMPT], cwd=sandbox["work"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "stopped after 3 turns" in p.stderr and len(server.chats) == 3
