@@ -1,45 +1,37 @@
-"""The embedded inference server behind vLLM's OpenAI-compatible API: engine, HTTP, start in process.
+"""The embedded inference server's HTTP side: vLLM's OpenAI-compatible API in front of engine.py.
 
-- Embedded server (`python serve.py --model PATH --port N`, or `start_server("local", path)` in process):
-  model.py + lora.py + chat.py behind aiohttp. /v1/chat/completions (streaming too), /v1/completions with
-  token-id prompts, /v1/models, /health, /v1/load_lora_adapter, /v1/unload_lora_adapter, with vLLM's
-  request fields, response shape (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error
-  semantics. One decode thread runs continuous batching: every active request advances one token per
-  step in one forward pass, each row with its own adapter; new requests are prefilled and join between
-  steps. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs). A prompt seen
-  recently with the same adapter is not prefilled again (`Engine.prompts`: the 8 rollouts of a GRPO group
-  send the same first prompt): its prefilled cache and last logits are reused, and each request samples
-  from them with its own generator.
+- `Server` (`python serve.py --model PATH --port N`, or `start_server("local", path)` in process): /v1/chat/
+  completions (streaming too), /v1/completions with token-id prompts, /v1/models, /health,
+  /v1/load_lora_adapter, /v1/unload_lora_adapter, with vLLM's request fields, validation, response shape
+  (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error semantics. It renders the chat
+  prompt, turns a body into an engine `Request`, and turns the sampled tokens back into content and tool
+  calls (chat.py). /health answers 503 once the engine thread is gone.
 - `start_local`: the embedded server in a thread of this process (train.py shares its model with it).
-  The vLLM launcher, `start_server` and the client are in servers.py.
 
-Left out: n > 1, top_logprobs > 0, beam search, guided decoding (tool_choice "required" or a named
-function is accepted but not enforced), prefix caching beyond whole identical prompts, and preemption (a request that cannot fit the
-context is refused up front instead).
+Left out: the decoding itself (engine.py: batching, prompt cache, sampling); the vLLM launcher,
+`start_server`, the client and the SSE chunk writer (servers.py); n > 1, top_logprobs > 0, beam search,
+guided decoding (tool_choice "required" or a named function is accepted but not enforced), preemption (a
+request that cannot fit the context is refused up front instead).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import hmac
 import json
 import math
 import os
-import queue
-import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 
-import torch
 from aiohttp import web
 
 import lora as L
 import model as M
 from chat import ChatFormat
-from servers import MAX_BODY, Handle, new_key
+from engine import Engine, Request, RequestError
+from servers import MAX_BODY, ChatStream, Handle, new_key
 
 CHAT_FIELDS = {  # field -> accepted types; everything else is refused with a 400 naming the field
     "model": str, "messages": list, "tools": (list, type(None)), "tool_choice": (str, dict, type(None)),
@@ -58,261 +50,15 @@ COMPLETION_FIELDS.update(prompt=(list, str), echo=(bool, type(None)))
 SAMPLING_EPS = 1e-5      # vLLM's _SAMPLING_EPS: a temperature below it means greedy
 
 
-class RequestError(Exception):
-    def __init__(self, message, status=400, kind="BadRequestError"):
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
-def error_response(e: RequestError):
-    body = {"object": "error", "message": str(e), "type": e.kind, "param": None, "code": e.status}
-    return web.json_response(body, status=e.status)
-
-
-# ----------------------------------------------------------------------------- the decode engine
-
-@dataclass
-class Request:
-    prompt_ids: list
-    adapter: str | None
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: list = field(default_factory=list)
-    stop_ids: set = field(default_factory=set)
-    out_ids: list = field(default_factory=list)
-    out_lps: list = field(default_factory=list)
-    finish_reason: str | None = None
-    events: asyncio.Queue | None = None     # ("token", id, logprob) ... ("done", finish_reason)
-    loop: asyncio.AbstractEventLoop | None = None
-    gen: torch.Generator | None = None
-    text: str = ""
-    cancelled: bool = False                 # its client went away: the engine drops it at the next step
-
-    def emit(self, *event):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-
-
-def return_freed_memory():
-    """glibc raises its mmap threshold each time a large block is freed, after which the decode batch's
-    large, ever-changing allocations stay in per-thread heaps: a CPU training run (engine + trainer threads)
-    grew to 24 GB of RSS for ~7 GB in use. A fixed threshold (mallopt) keeps such blocks mmapped, so freeing
-    them returns the memory. No-op where glibc's mallopt is missing."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)    # M_MMAP_THRESHOLD = -3
-    except (OSError, AttributeError):
-        pass
-
-
-class Engine:
-    """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
-
-    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_tokens=32768):
-        self.model, self.fmt, self.threads = model, fmt, threads
-        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
-        # prompt_cache_tokens token slots of KV (capacity, not just the prompt; ~1.5 GB for SmolLM2-135M fp32). Safe to share:
-        # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
-        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
-        self.prompt_hits, self.prompt_tokens = 0, 0
-        return_freed_memory()
-        self.max_batch, self.max_queue = max_batch, max_queue
-        self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
-        self.pending, self.commands = queue.Queue(), queue.Queue()
-        self.active, self.cache = [], model.new_cache(0)
-        self.adapters = {}          # name -> path
-        self.removing = set()
-        self.wake = threading.Event()
-        self.running = True
-        self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
-        self.thread.start()
-
-    # -- called from the event loop
-    def submit(self, req: Request):
-        if not self.alive():
-            raise RequestError("the engine has stopped", 503, "ServiceUnavailableError")
-        if self.pending.qsize() >= self.max_queue:
-            raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
-        req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
-        req.gen = torch.Generator().manual_seed(req.seed if req.seed is not None else random.getrandbits(63))
-        self.pending.put(req)
-        self.wake.set()
-        return req
-
-    async def command(self, fn, *args):
-        """Run fn in the engine thread between decode steps (adapter changes never race a forward)."""
-        fut = asyncio.get_running_loop().create_future()
-        self.commands.put((fn, args, fut, asyncio.get_running_loop()))
-        self.wake.set()
-        return await fut
-
-    def stop(self):
-        self.running = False
-        self.wake.set()
-        self.thread.join(timeout=10)
-        self._fail_all("the server is shutting down")     # waiting handlers answer now, not at their timeout
-
-    def alive(self):
-        return self.running and self.thread.is_alive()
-
-    # -- the engine thread
-    def _loop(self):
-        torch.set_grad_enabled(False)
-        if self.threads:              # CPU threads for this thread's ops (a trainer in the process takes the rest)
-            torch.set_num_threads(self.threads)
-        while self.running:
-            try:
-                self._run_commands()
-                while len(self.active) < self.max_batch and not self.pending.empty():
-                    self._prefill(self.pending.get_nowait())
-                    self._run_commands()        # an adapter publish waits for one prefill at most, not all
-                if self.active:
-                    self._step()
-                else:
-                    self.wake.wait(timeout=0.5)
-                    self.wake.clear()
-            except Exception as e:     # a bug or a fault of one batch must not end serving: fail it, go on
-                import traceback
-                traceback.print_exc()
-                self._fail_active(f"engine error: {type(e).__name__}: {e}")
-
-    def _fail_active(self, message):
-        for r in self.active:
-            r.emit("error", message)
-        self.active, self.cache = [], self.model.new_cache(0)
-
-    def _fail_all(self, message):
-        self._fail_active(message)
-        while not self.pending.empty():
-            self.pending.get_nowait().emit("error", message)
-
-    def _run_commands(self):
-        while not self.commands.empty():
-            fn, args, fut, loop = self.commands.get_nowait()
-            try:
-                res, err = fn(*args), None
-            except Exception as e:  # handed back to the awaiting request handler
-                res, err = None, e
-            loop.call_soon_threadsafe(lambda f=fut, r=res, e=err: f.done() or (f.set_exception(e) if e else
-                                                                                   f.set_result(r)))
-        for name in list(self.removing):      # unload once no running request still uses it
-            if all(r.adapter != name for r in self.active + list(self.pending.queue)):
-                self.forget(name)
-                L.remove_adapter(self.model, name)
-                self.removing.discard(name)
-
-    def _prefill(self, req: Request):
-        key = (req.adapter, tuple(req.prompt_ids))
-        if key in self.prompts:
-            self.prompts.move_to_end(key)
-            cache, logits = self.prompts[key]
-            self.prompt_hits += 1
-        else:
-            try:
-                L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
-                cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
-                ids = torch.tensor([req.prompt_ids], device=self.model.device)
-                logits = self.model(ids, cache=cache)[0, -1].clone()   # not a view: [T, V] would stay alive
-            except Exception as e:  # never let one request take the engine down
-                req.emit("error", f"prefill failed: {e}")
-                return
-            self._remember(key, cache, logits)
-        if self._accept(req, logits):
-            self.cache.extend(cache)
-            self.active.append(req)
-
-    @staticmethod
-    def _slots(key, cache):
-        """What a stored prompt holds: its cache's capacity (the prompt + decode headroom) in token slots."""
-        return max(len(key[1]), getattr(cache, "cap", 0))
-
-    def _remember(self, key, cache, logits):
-        slots = self._slots(key, cache)
-        if slots > self.prompt_cache_tokens:
-            return
-        self.prompts[key] = (cache, logits)
-        self.prompt_tokens += slots              # a running total: many short prompts must not cost O(n^2)
-        while self.prompt_tokens > self.prompt_cache_tokens:
-            old, (old_cache, _) = self.prompts.popitem(last=False)
-            self.prompt_tokens -= self._slots(old, old_cache)
-
-    def forget(self, adapter):
-        """Drop the stored prompts of an adapter whose weights change or go (engine thread only)."""
-        for key in [k for k in self.prompts if k[0] == adapter]:
-            self.prompt_tokens -= self._slots(key, self.prompts.pop(key)[0])
-
-    def _step(self):
-        rows = [r.adapter for r in self.active]
-        toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
-        try:
-            if hasattr(self.model, "lora_routing"):
-                L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
-            logits = self.model(toks, cache=self.cache)[:, -1]
-        except Exception as e:    # fail these requests, keep serving
-            self._fail_active(f"decode failed: {e}")
-            return
-        finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
-        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
-        if len(keep) < len(self.active):
-            self.cache.select(keep)
-            self.active = [self.active[i] for i in keep]
-
-    def _accept(self, req: Request, logits, finite=None) -> bool:
-        """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose
-        logits are not finite (a diverged adapter) or whose sampling fails ends here, alone."""
-        if req.cancelled:
-            req.finish_reason = "abort"
-            req.emit("done", "abort")
-            return False
-        if not (finite if finite is not None else bool(torch.isfinite(logits).all())):
-            req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "
-                              "inf weights?)")
-            return False
-        try:
-            tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
-        except Exception as e:
-            req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
-            return False
-        req.out_ids.append(tok)
-        req.out_lps.append(lp)
-        reason = None
-        if tok in req.stop_ids:
-            reason = "stop"
-        elif req.stop:
-            req.text = self.fmt.decode(req.out_ids)
-            if any(s in req.text for s in req.stop):
-                reason = "stop"
-        if reason is None and len(req.out_ids) >= req.max_tokens:
-            reason = "length"
-        req.emit("token", tok, lp)
-        if reason:
-            req.finish_reason = reason
-            req.emit("done", reason)
-        return reason is None
-
-
-# ----------------------------------------------------------------------------- HTTP
-
-def _key_ok(request, key):
-    got = request.headers.get("Authorization", "")
-    return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
-
-
 def _check_fields(body, allowed, what):
     if not isinstance(body, dict):
         raise RequestError(f"{what}: the body must be a JSON object")
     for k, v in body.items():
         if k not in allowed:
             raise RequestError(f"{what}: unknown field '{k}'")
-        if not isinstance(v, allowed[k]) or (isinstance(v, bool) and bool not in _types(allowed[k])):
+        t = allowed[k] if isinstance(allowed[k], tuple) else (allowed[k],)
+        if not isinstance(v, t) or (isinstance(v, bool) and bool not in t):     # True is an int to isinstance
             raise RequestError(f"{what}: field '{k}' has the wrong type ({type(v).__name__})")
-
-
-def _types(t):
-    return t if isinstance(t, tuple) else (t,)
 
 
 async def _json(request, allowed, what):
@@ -347,14 +93,16 @@ class Server:
             try:
                 return await handler(request)
             except RequestError as e:
-                return error_response(e)
+                return web.json_response({"object": "error", "message": str(e), "type": e.kind, "param": None,
+                                          "code": e.status}, status=e.status)
 
         @web.middleware
         async def auth(request, handler):
             # The rollouts' sandboxes share the trainer's loopback: without the key (held by the proxy only)
             # an agent could sample unguarded or unload the policy. Checked before routing, on every path
             # however it is spelled (aiohttp routes on the percent-decoded path).
-            if self.api_key and request.path != "/health" and not _key_ok(request, self.api_key):
+            want, got = f"Bearer {self.api_key}".encode(), request.headers.get("Authorization", "").encode()
+            if self.api_key and request.path != "/health" and not hmac.compare_digest(got, want):
                 return web.json_response({"error": {"message": "missing or wrong API key", "type": "AuthenticationError",
                                                     "code": 401}}, status=401)
             return await handler(request)
@@ -429,8 +177,7 @@ class Server:
         raise RequestError(f"The model `{model_name}` does not exist.", 404, "NotFoundError")
 
     def _request(self, body, prompt_ids, what):
-        n = body.get("n")
-        if n not in (None, 1):
+        if body.get("n") not in (None, 1):
             raise RequestError(f"{what}: field 'n' must be 1")
         if body.get("top_logprobs") not in (None, 0):
             raise RequestError(f"{what}: field 'top_logprobs' > 0 is not supported (use 0)")
@@ -466,6 +213,7 @@ class Server:
         stop = [stop] if isinstance(stop, str) else stop
         if not all(isinstance(s, str) for s in stop):
             raise RequestError(f"{what}: field 'stop' must be a string or a list of strings")
+        # omitted temperature, top_p: the OpenAI API's 1 (vLLM's too), not the recipe's (the proxy sends that)
         return Request(list(prompt_ids), self._adapter(body.get("model")), max_tokens,
                        1.0 if t is None else float(t), 1.0 if p is None else float(p), max(k or 0, 0),
                        body.get("seed"), stop, set(self.fmt.eos_token_ids))
@@ -519,31 +267,29 @@ class Server:
             raise RequestError(f"chat/completions: field 'messages' could not be rendered: {e}") from None
         req = self._request(body, prompt, "chat/completions")
         parse_tools = tools is not None and body.get("tool_choice") != "none"
-        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         model_name = body.get("model") or self.name
         want_lp, want_ids = bool(body.get("logprobs")), bool(body.get("return_token_ids"))
         if body.get("stream"):
-            return await self._stream_chat(request, req, body, rid, created, model_name, parse_tools, want_lp,
-                                           want_ids)
+            return await self._stream_chat(request, req, body, model_name, parse_tools, want_lp, want_ids)
         async for _ in self._run(req, request):
             pass
-        content, calls = self._parse(req, parse_tools, tools)
-        finish = "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
+        content, calls, finish = self._parse(req, parse_tools, tools)
         choice = {"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
                   "logprobs": self._logprobs(req.out_ids, req.out_lps) if want_lp else None,
                   "finish_reason": finish, "stop_reason": None}
-        out = {"id": rid, "object": "chat.completion", "created": created, "model": model_name,
-               "choices": [choice], "usage": self._usage(req)}
+        out = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+               "model": model_name, "choices": [choice], "usage": self._usage(req)}
         if want_ids:
             out["prompt_token_ids"], choice["token_ids"] = req.prompt_ids, req.out_ids
         return web.json_response(out)
 
     def _parse(self, req, parse_tools, tools):
+        """(content, tool calls, finish reason) of a finished request."""
         text = self._final_text(req)
         if not parse_tools:
-            return (self.fmt.parse_reasoning(text)[1].strip() or None), []
+            return (self.fmt.parse_reasoning(text)[1].strip() or None), [], req.finish_reason
         content, calls = self.fmt.parse(text, tools=tools)
-        return content, calls
+        return content, calls, "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
 
     MARKERS = ("<|tool_call_start|>", "<tool_call>")
 
@@ -562,20 +308,10 @@ class Server:
         return {"prompt_tokens": len(req.prompt_ids), "completion_tokens": len(req.out_ids),
                 "total_tokens": len(req.prompt_ids) + len(req.out_ids)}
 
-    async def _stream_chat(self, request, req, body, rid, created, model_name, parse_tools, want_lp, want_ids):
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-
-        async def send(delta, finish=None, ids=None, lps=None, extra=None):
-            choice = {"index": 0, "delta": delta, "logprobs": self._logprobs(ids, lps) if want_lp and ids else None,
-                      "finish_reason": finish}
-            if want_ids:
-                choice["token_ids"] = ids or []
-            chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model_name,
-                     "choices": [choice], **(extra or {})}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-
-        await send({"role": "assistant", "content": ""}, extra={"prompt_token_ids": req.prompt_ids} if want_ids else None)
+    async def _stream_chat(self, request, req, body, model_name, parse_tools, want_lp, want_ids):
+        stream = await ChatStream().open(request, model_name, logprobs=None, **({"token_ids": []} if want_ids else {}))
+        await stream.send({"role": "assistant", "content": ""}, top={"prompt_token_ids": req.prompt_ids} if want_ids
+                          else None)
         sent = ""
         try:
             async for ev in self._run(req, request):
@@ -584,27 +320,18 @@ class Server:
                 now = self._stream_text(req, parse_tools)
                 delta = now[len(sent):] if now.startswith(sent) else ""
                 sent += delta
-                await send({"content": delta} if delta else {}, ids=[ev[1]], lps=[ev[2]])
-            content, calls = self._parse(req, parse_tools, body.get("tools"))
-            if content and content.startswith(sent) and len(content) > len(sent):
-                await send({"content": content[len(sent):]})
-            for i, c in enumerate(calls):
-                await send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                            "function": {"name": c["function"]["name"],
-                                                         "arguments": c["function"]["arguments"]}}]})
-            finish = "tool_calls" if calls and req.finish_reason == "stop" else req.finish_reason
-            await send({}, finish=finish)
-            if (body.get("stream_options") or {}).get("include_usage", True):
-                chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model_name,
-                         "choices": [], "usage": self._usage(req)}
-                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await resp.write(b"data: [DONE]\n\n")
+                await stream.send({"content": delta} if delta else {}, **({"token_ids": [ev[1]]} if want_ids else {}),
+                                  logprobs=self._logprobs([ev[1]], [ev[2]]) if want_lp else None)
+            content, calls, finish = self._parse(req, parse_tools, body.get("tools"))
+            usage = self._usage(req) if (body.get("stream_options") or {}).get("include_usage", True) else None
+            await stream.end(content[len(sent):] if content and content.startswith(sent) else None, calls, finish,
+                             usage)
         except RequestError as e:
-            await resp.write(f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n".encode())
+            await stream.write({"error": {"message": str(e), "code": e.status}})
         except (ConnectionResetError, asyncio.CancelledError):
             req.max_tokens = len(req.out_ids)       # the client went away: stop decoding it
             raise
-        return resp
+        return stream.resp
 
     async def completions(self, request):
         body = await _json(request, COMPLETION_FIELDS, "completions")
@@ -639,8 +366,7 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
         asyncio.set_event_loop(loop)
         runner = web.AppRunner(srv.app(), access_log=None)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, host, port)
-        loop.run_until_complete(site.start())
+        loop.run_until_complete(web.TCPSite(runner, host, port).start())
         box["port"], box["loop"], box["runner"] = runner.addresses[0][1], loop, runner
         started.set()
         loop.run_forever()

@@ -1,5 +1,6 @@
-"""Starting and reaching inference servers: the vLLM launcher, `start_server`, and the client the trainer and
-the proxy use - without the embedded engine (serve.py), which `start_server("local")` imports only then.
+"""Starting and reaching inference servers: the vLLM launcher, `start_server`, the client the trainer and the
+proxy use, and the OpenAI stream format both servers of ours write - without the embedded server (serve.py,
+engine.py), which `start_server("local")` imports only then.
 
 - `vllm_command(...)` builds the `vllm serve` command line for serving every adapter of a run from one server
   (LoRA, rank, max loras from trainers x staleness, processed logprobs, the family's tool parser) and its
@@ -8,6 +9,7 @@ the proxy use - without the embedded engine (serve.py), which `start_server("loc
   its process group. `start_server(URL)` connects to a server someone else runs (key: $HARNESS_RL_API_KEY).
 - `Handle`: what a started server is (URL, stop, its key); `new_key()` a fresh random key per server.
 - `Client`: the one small async client (Bearer key), errors raised with the server's message.
+- `ChatStream`: a chat completion as server-sent events, chunked as vLLM does (serve.py and rollout.py's proxy).
 
 Left out: GPU placement, tensor parallelism and the memory fraction of vLLM (see the vLLM issue), several
 servers behind one client.
@@ -22,10 +24,11 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import ClientSession, ClientTimeout
+from aiohttp import ClientSession, ClientTimeout, web
 
 import lora as L
 import model as M
@@ -50,21 +53,24 @@ def new_key():
 VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
 
 
-def vllm_command(model_path, port, rank=32, trainers=1, max_staleness=4, model_type=None, max_model_len=None,
+def vllm_command(model_path, port, rank=None, trainers=1, max_staleness=None, model_type=None, max_model_len=None,
                  extra=(), api_key=None):
-    """The `vllm serve` command line and environment for serving every adapter of a run from one server."""
+    """The `vllm serve` command line and environment for serving every adapter of a run from one server.
+    rank, max_staleness: the run's (train.py's table); None: vLLM's defaults (max LoRA rank 16, 1 LoRA)."""
     model_type = model_type or M.read_config(M.resolve_model(model_path)).model_type
     if model_type == "lfm3":
         raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
-    ranks = L.VLLM_RANKS
-    max_rank = next((r for r in ranks if r >= rank), None)
-    if max_rank is None:
-        raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {ranks[-1]}")
-    max_loras = trainers * (max_staleness + 2)        # every version a rollout may still be using, per trainer
-    cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora", "--max-lora-rank", str(max_rank),
-           "--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras),
+    cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora",
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
            "--enable-auto-tool-choice", "--tool-call-parser", VLLM_TOOL_PARSERS[model_type]]
+    if rank is not None:
+        max_rank = next((r for r in L.VLLM_RANKS if r >= rank), None)
+        if max_rank is None:
+            raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {L.VLLM_RANKS[-1]}")
+        cmd += ["--max-lora-rank", str(max_rank)]
+    if max_staleness is not None:
+        max_loras = trainers * (max_staleness + 2)    # every version a rollout may still be using, per trainer
+        cmd += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
@@ -130,6 +136,42 @@ def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
     if not _healthy(url):
         raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
     return Handle(url, lambda: None, api_key=os.environ.get("HARNESS_RL_API_KEY"))
+
+
+# ----------------------------------------------------------------------------- the OpenAI stream format
+
+class ChatStream:
+    """One chat completion as server-sent events, chunked as vLLM and OpenAI do: `await ChatStream().open(...)`,
+    `send` a delta (the role chunk first), then `end`: the rest of the content, one whole delta per tool call,
+    the finish chunk, the usage chunk if given, `data: [DONE]`. choice: fields every chunk's choice carries
+    (serve.py's logprobs and token_ids)."""
+
+    async def open(self, request, model, **choice):
+        self.resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await self.resp.prepare(request)
+        self.choice, self.head = choice, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                                          "created": int(time.time()), "model": model}
+        return self
+
+    async def write(self, event):
+        await self.resp.write(f"data: {json.dumps(event)}\n\n".encode())
+
+    async def send(self, delta, finish=None, top=None, **choice):
+        """One chunk; choice: this chunk's own choice fields, top: fields beside 'choices'."""
+        await self.write({**self.head, "choices": [{"index": 0, "delta": delta, **self.choice, **choice,
+                                                    "finish_reason": finish}], **(top or {})})
+
+    async def end(self, content, tool_calls, finish, usage=None):
+        if content:
+            await self.send({"content": content})
+        for i, c in enumerate(tool_calls):
+            await self.send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                             "function": {"name": c["function"]["name"],
+                                                          "arguments": c["function"]["arguments"]}}]})
+        await self.send({}, finish)
+        if usage is not None:
+            await self.write({**self.head, "choices": [], "usage": usage})
+        await self.resp.write(b"data: [DONE]\n\n")
 
 
 # ----------------------------------------------------------------------------- the client

@@ -1,0 +1,261 @@
+"""The embedded server's decode engine: one thread owns the model and decodes every request together.
+
+- `Engine`: continuous batching. Requests wait in a queue; between decode steps the engine thread prefills
+  new ones (up to max_batch) and runs commands (adapter changes never race a forward); each step advances
+  every active request one token in one forward pass, each row with its own adapter. Logprobs are those of
+  the distribution sampled from (vLLM's processed_logprobs).
+- Prompt cache (`Engine.prompts`): a prompt seen recently with the same adapter is not prefilled again (the
+  8 rollouts of a GRPO group send the same first prompt): its prefilled cache and last logits are reused,
+  and each request samples from them with its own generator.
+- Faults stay with their request: a failed prefill, non-finite logits (a diverged adapter), a failed sample
+  or a client that went away ends that request alone; an error in a step fails the active batch, and the
+  loop goes on serving. `RequestError` is what the HTTP layer (serve.py) answers with.
+
+Left out: HTTP, validation and chat formatting (serve.py), n > 1, prefix caching beyond whole identical
+prompts, preemption (serve.py refuses a request that cannot fit the context up front).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import random
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+import lora as L
+import model as M
+from chat import ChatFormat
+
+
+class RequestError(Exception):
+    """A request refused or failed: its HTTP status and vLLM's error type go back to the client."""
+    def __init__(self, message, status=400, kind="BadRequestError"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+@dataclass
+class Request:
+    # what to decode, all from the HTTP request (serve.py fills in the API's defaults, not the recipe's)
+    prompt_ids: list
+    adapter: str | None
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int              # 0: off
+    seed: int | None
+    stop: list              # stop strings
+    stop_ids: set           # stop tokens (end of turn)
+    out_ids: list = field(default_factory=list)
+    out_lps: list = field(default_factory=list)
+    finish_reason: str | None = None
+    events: asyncio.Queue | None = None     # ("token", id, logprob) ... ("done", finish_reason)
+    loop: asyncio.AbstractEventLoop | None = None
+    gen: torch.Generator | None = None
+    text: str = ""
+    cancelled: bool = False                 # its client went away: the engine drops it at the next step
+
+    def emit(self, *event):
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+def return_freed_memory():
+    """glibc raises its mmap threshold each time a large block is freed, after which the decode batch's
+    large, ever-changing allocations stay in per-thread heaps: a CPU training run (engine + trainer threads)
+    grew to 24 GB of RSS for ~7 GB in use. A fixed threshold (mallopt) keeps such blocks mmapped, so freeing
+    them returns the memory. No-op where glibc's mallopt is missing."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)    # M_MMAP_THRESHOLD = -3
+    except (OSError, AttributeError):
+        pass
+
+
+class Engine:
+    """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
+
+    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
+                 prompt_cache_tokens=32768):
+        self.model, self.fmt, self.threads = model, fmt, threads
+        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
+        # prompt_cache_tokens token slots of KV (capacity, not just the prompt; ~1.5 GB for SmolLM2-135M fp32). Safe to share:
+        # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
+        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
+        self.prompt_hits, self.prompt_tokens = 0, 0
+        return_freed_memory()
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
+        self.pending, self.commands = queue.Queue(), queue.Queue()
+        self.active, self.cache = [], model.new_cache(0)
+        self.adapters = {}          # name -> path
+        self.removing = set()
+        self.wake = threading.Event()
+        self.running = True
+        self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self.thread.start()
+
+    # -- called from the event loop
+    def submit(self, req: Request):
+        if not self.alive():
+            raise RequestError("the engine has stopped", 503, "ServiceUnavailableError")
+        if self.pending.qsize() >= self.max_queue:
+            raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
+        req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
+        req.gen = torch.Generator().manual_seed(req.seed if req.seed is not None else random.getrandbits(63))
+        self.pending.put(req)
+        self.wake.set()
+        return req
+
+    async def command(self, fn, *args):
+        """Run fn in the engine thread between decode steps (adapter changes never race a forward)."""
+        fut = asyncio.get_running_loop().create_future()
+        self.commands.put((fn, args, fut, asyncio.get_running_loop()))
+        self.wake.set()
+        return await fut
+
+    def stop(self):
+        self.running = False
+        self.wake.set()
+        self.thread.join(timeout=10)
+        self._fail_all("the server is shutting down")     # waiting handlers answer now, not at their timeout
+
+    def alive(self):
+        return self.running and self.thread.is_alive()
+
+    # -- the engine thread
+    def _loop(self):
+        torch.set_grad_enabled(False)
+        if self.threads:              # CPU threads for this thread's ops (a trainer in the process takes the rest)
+            torch.set_num_threads(self.threads)
+        while self.running:
+            try:
+                self._run_commands()
+                while len(self.active) < self.max_batch and not self.pending.empty():
+                    self._prefill(self.pending.get_nowait())
+                    self._run_commands()        # an adapter publish waits for one prefill at most, not all
+                if self.active:
+                    self._step()
+                else:
+                    self.wake.wait(timeout=0.5)
+                    self.wake.clear()
+            except Exception as e:     # a bug or a fault of one batch must not end serving: fail it, go on
+                import traceback
+                traceback.print_exc()
+                self._fail_active(f"engine error: {type(e).__name__}: {e}")
+
+    def _fail_active(self, message):
+        for r in self.active:
+            r.emit("error", message)
+        self.active, self.cache = [], self.model.new_cache(0)
+
+    def _fail_all(self, message):
+        self._fail_active(message)
+        while not self.pending.empty():
+            self.pending.get_nowait().emit("error", message)
+
+    def _run_commands(self):
+        while not self.commands.empty():
+            fn, args, fut, loop = self.commands.get_nowait()
+            try:
+                res, err = fn(*args), None
+            except Exception as e:  # handed back to the awaiting request handler
+                res, err = None, e
+            loop.call_soon_threadsafe(lambda f=fut, r=res, e=err: f.done() or (f.set_exception(e) if e else
+                                                                                   f.set_result(r)))
+        for name in list(self.removing):      # unload once no running request still uses it
+            if all(r.adapter != name for r in self.active + list(self.pending.queue)):
+                self.forget(name)
+                L.remove_adapter(self.model, name)
+                self.removing.discard(name)
+
+    def _prefill(self, req: Request):
+        key = (req.adapter, tuple(req.prompt_ids))
+        if key in self.prompts:
+            self.prompts.move_to_end(key)
+            cache, logits = self.prompts[key]
+            self.prompt_hits += 1
+        else:
+            try:
+                L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
+                cache = self.model.new_cache(1, len(req.prompt_ids) + min(req.max_tokens, 256))
+                ids = torch.tensor([req.prompt_ids], device=self.model.device)
+                logits = self.model(ids, cache=cache)[0, -1].clone()   # not a view: [T, V] would stay alive
+            except Exception as e:  # never let one request take the engine down
+                req.emit("error", f"prefill failed: {e}")
+                return
+            self._remember(key, cache, logits)
+        if self._accept(req, logits):
+            self.cache.extend(cache)
+            self.active.append(req)
+
+    @staticmethod
+    def _slots(key, cache):
+        """What a stored prompt holds: its cache's capacity (the prompt + decode headroom) in token slots."""
+        return max(len(key[1]), getattr(cache, "cap", 0))
+
+    def _remember(self, key, cache, logits):
+        slots = self._slots(key, cache)
+        if slots > self.prompt_cache_tokens:
+            return
+        self.prompts[key] = (cache, logits)
+        self.prompt_tokens += slots              # a running total: many short prompts must not cost O(n^2)
+        while self.prompt_tokens > self.prompt_cache_tokens:
+            old, (old_cache, _) = self.prompts.popitem(last=False)
+            self.prompt_tokens -= self._slots(old, old_cache)
+
+    def forget(self, adapter):
+        """Drop the stored prompts of an adapter whose weights change or go (engine thread only)."""
+        for key in [k for k in self.prompts if k[0] == adapter]:
+            self.prompt_tokens -= self._slots(key, self.prompts.pop(key)[0])
+
+    def _step(self):
+        rows = [r.adapter for r in self.active]
+        toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
+        try:
+            if hasattr(self.model, "lora_routing"):
+                L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
+            logits = self.model(toks, cache=self.cache)[:, -1]
+        except Exception as e:    # fail these requests, keep serving
+            self._fail_active(f"decode failed: {e}")
+            return
+        finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
+        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
+        if len(keep) < len(self.active):
+            self.cache.select(keep)
+            self.active = [self.active[i] for i in keep]
+
+    def _accept(self, req: Request, logits, finite=None) -> bool:
+        """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose
+        logits are not finite (a diverged adapter) or whose sampling fails ends here, alone."""
+        if req.cancelled:
+            req.finish_reason = "abort"
+            req.emit("done", "abort")
+            return False
+        if not (finite if finite is not None else bool(torch.isfinite(logits).all())):
+            req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "
+                              "inf weights?)")
+            return False
+        try:
+            tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
+        except Exception as e:
+            req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
+            return False
+        req.out_ids.append(tok)
+        req.out_lps.append(lp)
+        reason = None
+        if tok in req.stop_ids:
+            reason = "stop"
+        elif req.stop:
+            req.text = self.fmt.decode(req.out_ids)
+            if any(s in req.text for s in req.stop):
+                reason = "stop"
+        if reason is None and len(req.out_ids) >= req.max_tokens:
+            reason = "length"
+        req.emit("token", tok, lp)
+        if reason:
+            req.finish_reason = reason
+            req.emit("done", reason)
+        return reason is None
