@@ -7,25 +7,20 @@ path/filePath/file_path -> paths, url -> URLs, content/newText/new_string/patch 
 tokenized (quotes, escapes, $'..', pipes, &&/||/;, subshells, heredocs, here-strings, $(..), backticks, sh -c,
 eval, cd, simple variables, for-loops, xargs, find -exec, base64/hex payloads, here-string payloads); a $(..) or
 backtick part of a word becomes its output when known (echo, printf) and `**` when not, so that solu$(true)tion
-reads as a glob for "solution" and $(pwd)/x as a path of unknown place; code (python -c, execute_code, heredocs
-into interpreters) is read for string literals, file writes and subprocess calls. The Facts are paths read and
-written, text written, code run, every other word, URLs and hosts reached, web queries, links and copies made
-(ln, cp, rsync), diff files applied (patch, git apply), dirs read recursively (grep -r, rg, tar c, cp -r), the
-commands run, and the rule ids a command form raises by itself (bare `env`, git history digging, curl --resolve,
-export PYTEST_ADDOPTS). Archives extracted (tar x -C DIR, unzip -d DIR) write their target dir.
+reads as a glob for "solution" and $(pwd)/x as a path of unknown place. Each command's effects become the Facts
+listed on the dataclass (an archive extracted, tar x -C DIR / unzip -d DIR, writes its target dir), with the rule
+ids a command form raises by itself (bare `env`, git history digging, curl --resolve, export PYTEST_ADDOPTS).
 
-Left out: judging (guard.py decides what the Facts mean for a task and its conversation), what a script written
+Left out: reading code run now (coderead.py, into the same Facts), judging (guardrules.py), what a script written
 now does when it runs later, strings built at run time (chr(), reversed, downloaded, tr, rev), `cd` persisting
 across hermes terminal calls, shell functions and glob expansion (a glob stays a pattern), what an archive holds.
 """
-from __future__ import annotations
-
 import base64
-import binascii
 import posixpath
 import re
-import warnings
 from dataclasses import dataclass, field
+
+from coderead import read_code, unescape
 
 MAX_TEXT = 200_000        # characters of one message or argument that are indexed or scanned
 MAX_DEPTH = 6             # nesting of sh -c / $(..) / eval / decoded payloads that is followed
@@ -78,33 +73,8 @@ _B64 = re.compile(r"[A-Za-z0-9+/]{8,}={0,2}")
 _HEX = re.compile(r"(?:\\x)?(?:[0-9a-fA-F]{2}(?:\\x)?){8,}")
 _REV = re.compile(r"\.\.|[~^]|@\{|^[0-9a-f]{7,40}$|^(?:origin|upstream|refs)/|^(?:main|master|develop|trunk|"
                   r"FETCH_HEAD|ORIG_HEAD|MERGE_HEAD|stash)$")
-TESTFILE = re.compile(r"(?:test_.+\.\w+|.+_tests?\.\w+|tests?\.py|conftest\.py|.+\.(?:test|spec)\.[cm]?[jt]sx?"
-                      r"|.+_spec\.rb|.+Tests?\.(?:java|kt|cs|swift|php)|test\.sh)$")
 SECRET_VAR = re.compile(r"\$\{?!?((?:[A-Z0-9_]*_)?(?:TOKEN|API_?KEY|SECRET(?:_KEY)?|PASSWORD|PASSWD|CREDENTIALS?|"
                         r"ACCESS_KEY(?:_ID)?|PRIVATE_KEY|AUTH_KEY|KEY))\b")
-_CODE_CRED = re.compile(r"(?:print|pprint|dumps?|str|repr|list|sorted|write)\s*\(\s*(?:dict\s*\(\s*)?(?:os\.)?"
-                        r"environ\s*\)|environ\s*\.\s*(?:items|keys|values)\s*\(|process\.env\s*\)|"
-                        r"(?:environ(?:\.get)?\s*[\[(]|getenv\s*\(|process\.env\.?\[?)\s*['\"]?(?:[A-Z0-9_]*_)?"
-                        r"(?:TOKEN|API_?KEY|SECRET|PASSWORD|CREDENTIALS?|ACCESS_KEY)\b|^\s*(?:import|from)\s+"
-                        r"(?:openai|litellm|anthropic|google\.generativeai|groq|mistralai|cohere)\b|"
-                        r"require\(\s*['\"](?:openai|@anthropic-ai/sdk)", re.M)
-_PYSTR = re.compile(r"""[rRbBuUfF]{0,2}(?:'''(.*?)'''|\"\"\"(.*?)\"\"\"|'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)")""",
-                    re.S)
-_CONCAT = re.compile(r"""(?<!['"\\])(['"])(?:\s*\+\s*|[ \t]+)\1(?!\1)""")       # 'a' + 'b' -> 'ab'
-_LIT = r"""[rRbBuUfF]{0,2}(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)")"""   # two groups: '..' or ".."
-_PY_WRITE = re.compile(r"open\(\s*" + _LIT + r"\s*,\s*(?:mode\s*=\s*)?['\"]([^'\"]*[wax+][^'\"]*)['\"]"
-                       r"|Path\(\s*" + _LIT + r"\s*\)\s*\.\s*(write_text|write_bytes|unlink|touch|rename|replace|rmdir)"
-                       r"|(?:os\.(remove|unlink|rmdir|removedirs|truncate|chmod|rename|replace)|shutil\.(rmtree|move|"
-                       r"copy\w*)|(writeFile|appendFile|unlink|rm|rmdir|rename|copyFile|write_file)(?:Sync)?)\(\s*"
-                       + _LIT + r"(?:\s*,\s*" + _LIT + r")?")
-_PY_VARWRITE = re.compile(r"open\(\s*[A-Za-z_][\w.\[\]]*\s*,\s*(?:mode\s*=\s*)?['\"][^'\"]*[wax+]|\.(?:write_text|"
-                          r"write_bytes|unlink|rmdir)\(|(?:os\.(?:remove|unlink|truncate|rename|replace)|shutil\.(?:"
-                          r"rmtree|move))\(\s*[A-Za-z_]")
-_PY_SHELL = re.compile(r"(?:os\.system|os\.popen|subprocess\.\w+|check_output|check_call|Popen|execSync|spawnSync|"
-                       r"exec|terminal)\(\s*(\[[^\]]{0,4000}\]|" + _LIT + ")")
-_PY_SOCKET = re.compile(r"\(\s*['\"]([\w.-]+\.[a-z]{2,}|\d+\.\d+\.\d+\.\d+)['\"]\s*,\s*(\d+)\s*\)")
-_PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehub\.\w+)\(\s*(?:repo_id\s*=\s*)?"
-                      + _LIT + r"([^)]*)")
 
 
 # ----------------------------------------------------------------------------- what a call does
@@ -246,16 +216,14 @@ class _Shell:
                 end_word()
                 redir_op = "<<<" if k == "hs" else m.group("rd")
             elif k == "sub":                            # $(..) or `..`: run it; its known output joins the word
-                j = _balanced(s, i) if m.group("sub") == "$(" else s.find("`", i)
-                j, sh = n if j < 0 else j, self.child()
-                sh.run(s[i:j])
-                word, i = (word or "") + _known(sh.out), j + 1
+                known, i = self.substitute(s, i, m.group("sub"))
+                word = (word or "") + known
             else:
                 text = m.group(k)
                 if k == "lit" and "\\" in text:
                     text = _ESC.sub(r"\1", text)
                 elif k == "an":
-                    text = _unescape(text)
+                    text = unescape(text)
                 elif k == "dq":
                     text = re.sub(r'\\([$`"\\\n])', r"\1", text) if "\\" in text else text
                     text = self.expand(text) if "$(" in text or "`" in text else text
@@ -263,17 +231,23 @@ class _Shell:
         end_cmd()
 
     def expand(self, text):
-        """Double-quoted text with each $(..) and `..` run and replaced by its known output, or * if unknown."""
+        """Double-quoted text with each $(..) and `..` run and replaced by its known output, or ** if unknown."""
         out, i = [], 0
         while True:
             j = min((x for x in (text.find("$(", i), text.find("`", i)) if x >= 0), default=-1)
             if j < 0:
                 return "".join(out) + text[i:]
-            e = _balanced(text, j + 2) if text[j] == "$" else text.find("`", j + 1) % (len(text) + 1)
-            sh = self.child()
-            sh.run(text[j + (2 if text[j] == "$" else 1):e])
-            out += [text[i:j], _known(sh.out)]
-            i = e + 1
+            opener = "`" if text[j] == "`" else "$("
+            known, e = self.substitute(text, j + len(opener), opener)
+            out += [text[i:j], known]
+            i = e
+
+    def substitute(self, s, i, opener):
+        """Runs the $(..) or `..` whose body starts at s[i]: (what it adds to its word, the index past its end)."""
+        j = _balanced(s, i) if opener == "$(" else s.find("`", i) % (len(s) + 1)    # unclosed: to the end
+        sh = self.child()
+        sh.run(s[i:j])
+        return _known(sh.out), j + 1
 
     def command(self, argv, redirs, stdin, prev):
         """One simple command; returns what it prints when that is known (echo, printf, cat of a heredoc)."""
@@ -391,10 +365,10 @@ class _Shell:
         out = None
         if name == "printf" and pos:
             vals = iter(pos[1:])
-            out = _unescape(re.sub(r"%[-\d.]*[sdb]", lambda m: next(vals, ""), pos[0]))
+            out = unescape(re.sub(r"%[-\d.]*[sdb]", lambda m: next(vals, ""), pos[0]))
             f.words.append(out)                         # what it prints is the model's own text too
         elif name == "echo":
-            out = _unescape(" ".join(pos)) if "-e" in opts else " ".join(pos)
+            out = unescape(" ".join(pos)) if "-e" in opts else " ".join(pos)
             f.words.append(out)
         elif name == "cat" and not pos:
             out = stdin
@@ -422,7 +396,7 @@ class _Shell:
         elif _B64.fullmatch(w):
             try:
                 raw = base64.b64decode(w + "=" * (-len(w) % 4), validate=True)
-            except (binascii.Error, ValueError):
+            except ValueError:                          # binascii.Error is one
                 pass
         if raw and raw.isascii() and raw.translate(None, b"\n\t\r").decode().isprintable():
             self.child().run(raw.decode())
@@ -451,21 +425,15 @@ class _Shell:
             self.f.trees.extend((p, self.cwd) for p in pos[1:] if p != dest)
 
     def write(self, paths, kind, text=None):
-        for p in paths:
-            if p and ("$" in p or "*" in p):
+        for p in filter(None, paths):
+            if "$" in p or "*" in p:
                 self.f.hits.add("unknown-write")       # a target only known when it runs
-            if p:
-                self.f.writes.append((p, self.cwd, kind))
-                if text:
-                    self.f.texts.append((p, self.cwd, text))
+            self.f.writes.append((p, self.cwd, kind))
+            if text:
+                self.f.texts.append((p, self.cwd, text))
 
     def diff_paths(self, text):
-        """Files a unified diff or a V4A patch (hermes) changes."""
-        for m in re.finditer(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^\*\*\* (?:Update|Add|Delete) File: (.+)$|"
-                             r"^\*\*\* Move to: (.+)$", text, re.M):
-            p = (m.group(1) or m.group(2) or m.group(3)).strip()
-            if p != "/dev/null":
-                self.write([p], "edit", text)
+        self.write(diff_files(text), "edit", text)
 
     def find(self, args):
         roots = args[:next((j for j, a in enumerate(args) if a.startswith(("-", "(", "!"))), len(args))] or ["."]
@@ -538,8 +506,7 @@ class _Shell:
             if key in ("-x", "--proxy", "--preproxy", "--socks5", "--socks5-hostname", "-h", "--host"):
                 f.targets.append(a.split("=", 1)[1] if "=" in a else args[j + 1] if j + 1 < len(args) else "")
                 j += "=" not in a
-            elif name in ("curl", "wget", "http", "https") and (a in CURL_VALUE_OPTS or
-                                                                _CURL_OPTV.fullmatch(a)):
+            elif name in ("curl", "wget", "http", "https") and (a in CURL_VALUE_OPTS or _CURL_OPTV.fullmatch(a)):
                 j += 1                                  # an option value, but @file / -F x=@file are reads
                 v = args[j] if j < len(args) else ""
                 if v.startswith("@") or (a == "-F" and "=@" in v):
@@ -574,69 +541,21 @@ class _Shell:
             f.hits.add("credentials")
 
     def code(self, src):
-        """Code run now (python -c, execute_code, heredocs into interpreters): literals, writes, subprocesses."""
-        f = self.f
-        src = _CONCAT.sub("", src[:MAX_TEXT])
-        f.code.append(src)
-        for m in _PYSTR.finditer(src):
-            lit = _unescape(next(g for g in m.groups() if g is not None))
-            if len(lit) < 4096:
-                self.word(lit)
-                if "\n" not in lit and ("/" in lit or lit.startswith(("~", ".")) or TESTFILE.search(lit)):
-                    f.reads.append((lit, self.cwd))
-                elif lit == "solve.sh":                 # hunting for the oracle by name
-                    f.reads.append(("/" + lit, "/"))
-        for m in _PY_WRITE.finditer(src):
-            if m.group(3):                              # open(path, 'w')
-                self.write([_lit(m, 1)], "edit" if "a" in m.group(3) or "+" in m.group(3) else "new")
-            elif m.group(6):                            # Path(path).write_text() / unlink()
-                self.write([_lit(m, 4)], "new" if m.group(6) in ("write_text", "write_bytes", "touch") else "del")
-            else:                                       # os.remove, shutil.move, fs.writeFileSync, write_file ...
-                verb, a, b = m.group(7) or m.group(8) or m.group(9), _lit(m, 10), _lit(m, 12)
-                if verb in ("rename", "replace", "move"):
-                    self.write([a], "del")
-                    self.write([b], "new")
-                elif verb.startswith("copy"):
-                    self.write([b], "new")
-                else:
-                    self.write([a], "edit" if verb in ("truncate", "chmod", "appendFile") else
-                               "new" if verb in ("writeFile", "write_file") else "del")
-        if _PY_VARWRITE.search(src):                    # writes through a variable: a named test may be it
-            f.hits.add("unknown-write")
-        f.targets.extend(f"{h}:{p}" for h, p in _PY_SOCKET.findall(src))
-        for m in _PY_SHELL.finditer(src):
-            self.child().run(" ".join(_unescape(s or d) for s, d in re.findall(_LIT, m.group(1))))
-        for m in _PY_DATA.finditer(src):
-            fn, ref, rest = m.group(1), _lit(m, 2), m.group(4)
-            if fn.startswith("kagglehub"):
-                f.targets.append(f"https://www.kaggle.com/datasets/{ref}")
-            elif "/" in ref:
-                ds = fn == "load_dataset" or "dataset" in rest
-                f.targets.append(f"https://huggingface.co/{'datasets/' if ds else ''}{ref}")
-        if _CODE_CRED.search(src):
-            f.hits.add("credentials")
+        """Code run now (python -c, execute_code, heredocs into interpreters): read by coderead.py."""
+        read_code(self, src[:MAX_TEXT])
+
+
+def diff_files(text):
+    """The files a unified diff or a V4A patch (hermes) changes."""
+    names = (m.group(1) or m.group(2) or m.group(3) for m in re.finditer(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|"
+             r"^\*\*\* (?:Update|Add|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", text, re.M))
+    return [p.strip() for p in names if p.strip() != "/dev/null"]
 
 
 def _known(out):
     """What a $(..) adds to its word: its output when known, else ** (an unknown part: read like a glob, and
     told apart from one: nobody globs solu**tion)."""
     return out.strip() if out is not None else "**"
-
-
-def _lit(m, i):
-    """The text of a literal matched by _LIT at groups i ('..') / i + 1 ("..")."""
-    return _unescape((m.group(i) if m.group(i) is not None else m.group(i + 1)) or "")
-
-
-def _unescape(s):
-    if "\\" not in s:
-        return s
-    try:
-        with warnings.catch_warnings():     # "\*" and friends: invalid escapes stay as they are, silently
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except (UnicodeDecodeError, UnicodeEncodeError):
-        return s
 
 
 def _balanced(s, i):
@@ -659,11 +578,3 @@ def _balanced(s, i):
                 return i
         i += 1
     return n
-
-
-def find_all(text, needle):
-    """Every index where needle occurs in text, found by str.find (C speed)."""
-    j = text.find(needle)
-    while j >= 0:
-        yield j
-        j = text.find(needle, j + 1)
