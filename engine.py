@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import torch
 
 import lora as L
-import model as M
 from chat import ChatFormat
 
 
@@ -72,6 +71,25 @@ def return_freed_memory():
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)    # M_MMAP_THRESHOLD = -3
     except (OSError, AttributeError):
         pass
+
+
+def sample(logits, temperature, top_p, gen, top_k=0):
+    """One token from 1-D logits with temperature / top-k / nucleus sampling; returns (token, logprob under
+    the distribution actually sampled from - vLLM's processed logprobs). temperature 0 = greedy."""
+    logits = logits.float().cpu()
+    if temperature <= 0:
+        lp = torch.log_softmax(logits, -1)
+        tok = int(lp.argmax())
+        return tok, float(lp[tok])
+    lp = torch.log_softmax(logits / temperature, -1)
+    if 0 < top_k < lp.shape[0]:
+        lp = torch.log_softmax(lp.masked_fill(lp < lp.topk(top_k).values[-1], float("-inf")), -1)
+    if top_p < 1.0:
+        p_sorted, idx = lp.exp().sort(descending=True)
+        drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p     # keep the smallest prefix reaching top_p
+        lp = torch.log_softmax(lp.index_fill(0, idx[drop], float("-inf")), -1)
+    tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
+    return tok, float(lp[tok])
 
 
 class Engine:
@@ -239,7 +257,7 @@ class Engine:
                               "inf weights?)")
             return False
         try:
-            tok, lp = M.sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
+            tok, lp = sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
         except Exception as e:
             req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
             return False

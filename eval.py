@@ -27,16 +27,16 @@ import sys
 import time
 from pathlib import Path
 
-import grpo as G
+import checkpoint as C
 import harnesses as H
 import lora as L
-import model as M
 import rollout as R
 import sandbox as SB
 import serve as S
 import servers as SV
 import tasks as T
-from train import SHARED, model_path
+from rundir import mean_or_none
+from train import model_path, recipe_config, rollout_reward, validate
 
 
 def wilson(k, n, z=1.96):
@@ -63,12 +63,11 @@ def mean_interval(xs, z=1.96):
 def summarize(rollouts):
     graded = [r for r in rollouts if r["score"] is not None]
     k = sum(r["score"] == 1.0 for r in graded)
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     score, score_ci = mean_interval([r["score"] for r in graded])
     return {"n": len(rollouts), "graded": len(graded), "pass@1": k / len(graded) if graded else None,
             "ci95": wilson(k, len(graded)), "score": score, "score_ci95": score_ci,
-            "tool_calls": mean([r["tool_calls"] for r in graded]),
-            "tool_calls_solved": mean([r["tool_calls"] for r in graded if r["score"] == 1.0]),
+            "tool_calls": mean_or_none([r["tool_calls"] for r in graded]),
+            "tool_calls_solved": mean_or_none([r["tool_calls"] for r in graded if r["score"] == 1.0]),
             "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded)}
 
 
@@ -135,8 +134,9 @@ def _f(v, fmt="{:.2f}"):
 
 
 async def evaluate(args):
-    cfg = {"model": args.model, "seed": args.seed}
-    path = model_path(cfg, None)
+    cfg = {**recipe_config(args.model, args.recipe, "eval.py"), **{k: v for k, v in vars(args).items() if v is not None}}
+    validate(cfg, "eval.py")
+    path = model_path(args.model, args.seed)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     tasks = T.load_tasks(args.suite, split=args.split, seed=args.seed)
@@ -144,55 +144,66 @@ async def evaluate(args):
         tasks = tasks[:args.limit]
     harness = H.get_harness(args.harness)
     await asyncio.to_thread(harness.install)
-    names = {}
+    names, ranks = {}, []
     for a in args.adapters:
-        L.read_adapter(a)                        # fail early, naming the bad adapter
+        ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
     if args.server == "local":
-        handle = S.start_local(path, name=args.model, max_model_len=args.context)
+        handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
+    elif args.server == "vllm":
+        handle = SV.start_server("vllm", path, run_dir=out, rank=max(ranks, default=None), max_loras=max(1, len(names)))
     else:
-        handle = SV.start_server(args.server, path, run_dir=out, trainers=1)
+        handle = SV.start_server(args.server, path)
     client = SV.Client(handle.url, handle.api_key)
     sandbox, warning = SB.resolve_sandbox(args.sandbox)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    results, sem = [], asyncio.Semaphore(args.sessions)
+    base, results, pools, proxies = args.model, [], {}, []
+    models = [base, *names]
+    t0 = time.time()
     try:
         for n, a in names.items():
             await client.load_adapter(n, Path(a).resolve())
-        base = args.model
-        proxies = {}
-        for m in [base, *names]:
-            proxies[m] = R.Proxy(client, lambda m=m: (m, 0), {"temperature": args.temperature,
-                                                                "max_tokens": args.max_tokens},
-                                 guard=args.guard == "on")
-            await proxies[m].start()
+        # One pool per model (the one the trainer uses): each task is a group of --samples rollouts, the
+        # sessions split evenly; the reward is train.py's, with this recipe's numbers.
+        for m in models:
+            proxy = R.Proxy(client, lambda m=m: (m, 0), {k: cfg[k] for k in ("temperature", "top_p", "max_tokens")},
+                            guard=args.guard == "on")
+            proxies.append(proxy)
+            await proxy.start()
+            it = iter(tasks)
+            pools[m] = R.RolloutPool(harness, proxy, lambda it=it: next(it, None), lambda: 0, out / "sandboxes" / m,
+                                     max_sessions=max(1, cfg["sessions"] // len(models)), group_size=args.samples,
+                                     max_tokens=cfg["max_tokens"], context=cfg["context"], sandbox=sandbox,
+                                     rollouts_dir=out / "rollouts" / m, reward=rollout_reward(cfg))
+        print(f"evaluating {len(models)} models x {len(tasks)} tasks x {args.samples} samples "
+              f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url}", flush=True)
+        for p in pools.values():
+            p.start()
 
-        async def one(m, task, i):
-            async with sem:
-                r = R.Rollout(task, harness.name, group=m, index=i)
-                await R.run_rollout(r, harness, proxies[m], out / "sandboxes", max_tokens=args.max_tokens,
-                                    context=args.context, sandbox=sandbox)
-                reward = G.shaped_reward(r.score, r.tool_calls, r.flagged, SHARED["bonus"], SHARED["bonus_scale"])
-                results.append({"model": m, "task": task.name, "source": task.source, "type": task.type,
-                                "sample": i, "score": r.score, "reward": reward, "tool_calls": r.tool_calls,
-                                "flagged": r.flagged, "reason": r.reason, "failure": r.failure,
-                                "turns": len(r.turns), "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
-                                "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
-                print(f"  {m:<20} {task.name:<32} score {r.score} tools {r.tool_calls}"
-                      f"{' BLOCKED' if r.flagged else ''}", flush=True)
-        print(f"evaluating {len(names) + 1} models x {len(tasks)} tasks x {args.samples} samples "
-              f"= {(len(names) + 1) * len(tasks) * args.samples} sessions on {handle.url}", flush=True)
-        t0 = time.time()
-        await asyncio.gather(*(one(m, t, i) for m in [base, *names] for t in tasks for i in range(args.samples)))
-        for p in proxies.values():
+        async def collect(m, pool):
+            for _ in tasks:
+                g = await pool.groups.get()
+                for r in g.rollouts:
+                    results.append({"model": m, "task": g.task.name, "source": g.task.source, "type": g.task.type,
+                                    "sample": r.index, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
+                                    "flagged": r.flagged, "reason": r.reason, "failure": r.failure,
+                                    "turns": len(r.turns), "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
+                                    "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
+                    print(f"  {m:<20} {g.task.name:<32} score {r.score} tools {r.tool_calls}"
+                          f"{' BLOCKED' if r.flagged else ''}", flush=True)
+        await asyncio.gather(*(collect(m, p) for m, p in pools.items()))
+    finally:                                      # every path: sessions, proxies, client, server
+        for p in pools.values():
             await p.stop()
-    finally:
+        for p in proxies:
+            await p.stop()
         await client.close()
         handle.stop()
     rep = report(results, base)
-    meta = {"model": args.model, "harness": args.harness, "suite": args.suite, "split": args.split,
-            "guard": args.guard, "samples": args.samples, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
+    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": args.harness, "suite": args.suite,
+            "split": args.split, "guard": args.guard, "samples": args.samples,
+            **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")}, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
             "adapters": names}
     (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
     write_html(out / "report.html", rep, meta)
@@ -209,28 +220,35 @@ async def evaluate(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--harness", default="pi")
-    ap.add_argument("--adapters", nargs="*", default=[])
-    ap.add_argument("--suite", default="all")
-    ap.add_argument("--split", default="eval", choices=["eval", "train", "all"])
-    ap.add_argument("--samples", type=int, default=1)
-    ap.add_argument("--sessions", type=int, default=48)
-    ap.add_argument("--server", default="local")
-    ap.add_argument("--guard", default="on", choices=["on", "off"])
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-tokens", type=int, default=4096)
-    ap.add_argument("--context", type=int, default=131072)
-    ap.add_argument("--limit", type=int, default=0, help="only the first N tasks")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out")
+    recipe = "(default: the model's recipe row in train.py's table)"
+    ap.add_argument("--model", required=True, help="as in train.py: tiny, a recipe name, a repo id, a folder or .gguf")
+    ap.add_argument("--recipe", help="train.py's recipe row for the numbers below when --model is a path "
+                                     "(default: the model's own row, else LFM3-1.7B)")
+    ap.add_argument("--harness", default="pi", help="pi, opencode, hermes or mini (default: %(default)s)")
+    ap.add_argument("--adapters", nargs="*", default=[], help="PEFT adapter folders to compare with the base")
+    ap.add_argument("--suite", default="all", help="task suite under data/ or a folder (default: %(default)s)")
+    ap.add_argument("--split", default="eval", choices=["eval", "train", "all"],
+                    help="the held-out tasks (default), the training ones, or all")
+    ap.add_argument("--samples", type=int, default=1, help="rollouts per task and model (default: %(default)s)")
+    ap.add_argument("--sessions", type=int, help=f"concurrent sessions, split evenly over the models {recipe}")
+    ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
+    ap.add_argument("--guard", default="on", choices=["on", "off"], help="off: the ablation, calls not checked")
+    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py (default: %(default)s)")
+    ap.add_argument("--temperature", type=float, help=f"sampling temperature {recipe}")
+    ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")
+    ap.add_argument("--max-tokens", type=int, help=f"tokens per model turn {recipe}")
+    ap.add_argument("--context", type=int, help=f"the model's context length {recipe}")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default: %(default)s)")
+    ap.add_argument("--out", help="output folder (default: runs/eval-<time>)")
     args = ap.parse_args(argv)
+    if args.samples < 1 or args.limit < 0:
+        ap.error(f"--samples must be >= 1 and --limit >= 0 (got {args.samples}, {args.limit})")
     if args.split == "all":
         args.split = None
     try:
         asyncio.run(evaluate(args))
-    except (M.CheckpointError, L.AdapterError, T.TaskError, RuntimeError) as e:
+    except (C.CheckpointError, L.AdapterError, T.TaskError, RuntimeError) as e:
         sys.exit(f"eval.py: {e}")
 
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import model as M
+import checkpoint as C
 
 TARGETS = {
     "lfm2": ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
@@ -170,11 +170,14 @@ def _wrap(model) -> dict:
     return lora_layers(model)
 
 
-def add_lora(model, rank=32, alpha=32, adapters=("default",), seed=None):
+def add_lora(model, rank=None, alpha=None, adapters=("default",), seed=None):
     """Add fresh adapters (B = 0, so each equals the base model) on every target layer. The base stays
-    frozen; only LoRA parameters require gradients. Returns the model."""
+    frozen; only LoRA parameters require gradients. Returns the model. rank and alpha are the run's (train.py's
+    table: 32 / 32 in the recipe), never defaulted here; adapters=() only makes the model LoRA-ready."""
     if isinstance(adapters, str):
         adapters = (adapters,)
+    if adapters and not (isinstance(rank, int) and rank > 0 and isinstance(alpha, (int, float)) and alpha > 0):
+        raise ValueError(f"add_lora: rank and alpha must be given and positive (got rank={rank!r}, alpha={alpha!r})")
     layers = _wrap(model)
     for name in adapters:
         _check_new(model, name)
@@ -273,25 +276,11 @@ def write_adapter(dir, config, sd):
     """Write a snapshot (config, PEFT-key tensors) as a PEFT adapter directory, atomically."""
     from safetensors.torch import save_file
 
-    dir = Path(dir)
-    dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dir.name}.", dir=dir.parent))
-    try:
+    with C.atomic_dir(dir, replace=True) as tmp:     # a crash leaves one complete copy
         save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
-        if dir.exists():      # replace: move the old one aside first, so a crash leaves one complete copy
-            old = dir.with_name(f".{dir.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(dir, old)
-            os.replace(tmp, dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dir
+    return Path(dir)
 
 
 def read_adapter(dir) -> tuple:
@@ -410,10 +399,10 @@ def save_merged(model, base_dir, out_dir, adapter="default"):
     leaving the live model unchanged."""
     from safetensors.torch import save_file
 
-    base_dir, out_dir = M.resolve_model(base_dir), Path(out_dir)
+    base_dir, out_dir = C.resolve_model(base_dir), Path(out_dir)
     with torch.no_grad():
         merged = {f"{n}.weight": merged_weight(lin, adapter) for n, lin in lora_layers(model).items()}
-        sd = M.hf_state_dict(model, overrides=merged)
+        sd = C.hf_state_dict(model, overrides=merged)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent if out_dir.parent.exists() else None))
     for f in base_dir.iterdir():
         if f.is_file() and not f.name.startswith("model") and f.suffix in (".json", ".jinja", ".txt", ".model"):

@@ -1,20 +1,16 @@
 """The models: LFM2, LFM2-MoE, LFM3 and a dense llama/qwen3-style family, in plain PyTorch.
 
 What it does
-- `load_model(path)` reads a Hugging Face checkpoint (single file or sharded safetensors) straight into
-  modules whose names mirror the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too.
+- `Config` (the shape; checkpoint.py reads it from config.json) and `CausalLM`, whose module names mirror
+  the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too (checkpoint.load_model fills it).
 - `CausalLM.forward(input_ids, position_ids, cache)` is padding-free: several sequences packed into one
   row (position_ids restarting at 0) give exactly the logits of separate runs. Attention runs per
   sequence segment with SDPA (sliding windows in blocks, never a T x T mask); the short convolution
-  is reset at boundaries by spacing segments apart with zeros before one conv1d call.
-  Shared prefixes (tree packing, grpo.pack): a segment starting at p > 0 is a branch of the row's last
-  segment that started at 0 and reuses that root's first p tokens - its queries attend to the root's
-  keys below p (a [branch, p + branch] mask, or query blocks when large), its convolution starts from
-  the root's inputs at p-(L-1)..p-1 - so 8 rollouts of one prompt compute the prompt once, with the
-  logits of 8 separate runs. One level: a branch of a branch is not expressible (see find_segments).
-- `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state),
-  `generate` (temperature / top-p, seeded), `resolve_model` (HF cache lookup; GGUF files and names
-  through checkpoint.py). Tiny random checkpoints: tiny.py.
+  is reset at boundaries by spacing segments apart with zeros before one conv1d call. Shared prefixes
+  (tree packing, grpo.pack; see Segments): a segment starting at p > 0 reuses the first p tokens of the
+  row's last one that started at 0, so 8 rollouts of one prompt compute it once, exactly.
+- `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state); the decode
+  loop and sampling are the server's (engine.py). Loading, config parsing: checkpoint.py; tiny ones: tiny.py.
 
 What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
 vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels, branches
@@ -22,34 +18,23 @@ in the decoding cache (a cache row is one sequence).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from checkpoint import CheckpointError   # the project's checkpoint.py (it never imports this file); re-exported
-
 FAMILIES = ("lfm2", "lfm2_moe", "lfm3", "llama", "qwen3")
-# Short names users type -> Hugging Face repo ids (resolve_model); "org/name" also works directly.
-MODEL_REPOS = {
-    "LFM3-1.7B": "LiquidAI/LFM3-1.7B",
-    "LFM2.5-24B-A2B": "LiquidAI/LFM2.5-24B-A2B",
-    "LFM2-24B-A2B": "LiquidAI/LFM2-24B-A2B",
-    "LFM2-1.2B": "LiquidAI/LFM2-1.2B",
-}
 
 
 # ----------------------------------------------------------------------------- config
 
 @dataclass
 class Config:
+    """The shape of a model, as checkpoint.parse_config reads it from a config.json (defaults filled in,
+    family rules applied)."""
     model_type: str
     vocab_size: int
     hidden_size: int
@@ -84,117 +69,14 @@ class Config:
     def lfm(self):
         return self.model_type.startswith("lfm")
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "config.json") -> "Config":
-        mt = d.get("model_type")
-        if mt not in FAMILIES:
-            raise CheckpointError(f"{source}: model_type {mt!r} is not supported; supported: {', '.join(FAMILIES)}")
 
-        def need(key, *alts):
-            for k in (key, *alts):
-                if d.get(k) is not None:
-                    return d[k]
-            raise CheckpointError(f"{source}: missing required field {key!r}")
-
-        try:
-            H, L, nh = int(need("hidden_size")), int(need("num_hidden_layers")), int(need("num_attention_heads"))
-            nkv = int(d.get("num_key_value_heads") or nh)
-            head_dim = int(d.get("head_dim") or H // nh)
-            ff = int(need("intermediate_size", "block_ff_dim") if d.get("block_ff_dim") is None else d["block_ff_dim"])
-            if mt == "lfm2" and d.get("block_auto_adjust_ff_dim", True):   # LFM2's width rule
-                ff = int(2 * ff / 3)
-                if d.get("block_ffn_dim_multiplier", 1.0) is not None:
-                    ff = int(d.get("block_ffn_dim_multiplier", 1.0) * ff)
-                    m = int(d.get("block_multiple_of", 256))
-                    ff = m * ((ff + m - 1) // m)
-            layer_types = d.get("layer_types")
-            if layer_types is None:
-                if mt == "lfm3":
-                    layer_types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0
-                                   else "conv" for i in range(L)]
-                elif mt.startswith("lfm2"):
-                    idx = d.get("full_attn_idxs")
-                    idx = set(range(L) if idx is None else idx)
-                    layer_types = ["full_attention" if i in idx else "conv" for i in range(L)]
-                else:
-                    layer_types = ["full_attention"] * L
-            layer_types = list(layer_types)
-            if len(layer_types) != L or not set(layer_types) <= {"conv", "full_attention", "sliding_attention"}:
-                raise CheckpointError(f"{source}: layer_types must list {L} of conv/full_attention/sliding_attention")
-            if not mt.startswith("lfm") and "conv" in layer_types:
-                raise CheckpointError(f"{source}: a {mt} model has no conv layers")
-            cfg = cls(
-                model_type=mt, vocab_size=int(need("vocab_size")), hidden_size=H, num_hidden_layers=L,
-                num_attention_heads=nh, num_key_value_heads=nkv, head_dim=head_dim, intermediate_size=ff,
-                layer_types=layer_types, rope=_rope_params(d, mt, layer_types, source),
-                norm_eps=float(d.get("norm_eps", d.get("rms_norm_eps", 1e-5 if mt.startswith("lfm") else 1e-6))),
-                tie_word_embeddings=bool(d.get("tie_word_embeddings", d.get("tie_embedding", mt.startswith("lfm")))),
-                conv_L_cache=int(d.get("conv_L_cache", 7 if mt == "lfm3" else 3)),
-                conv_bias=bool(d.get("conv_bias", False)),
-                sliding_window=d.get("sliding_window", 256 if mt == "lfm3" else None),
-                attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
-                sandwich_norm=mt == "lfm3" and bool(d.get("use_sandwich_norm", True)),
-                attention_gate=mt == "lfm3" and bool(d.get("use_attention_gate", True)),
-                qk_norm=mt != "llama",
-                num_dense_layers=int(d.get("num_dense_layers", 2)) if mt == "lfm2_moe" else 0,
-                num_experts=int(d.get("num_experts", 32)) if mt == "lfm2_moe" else 0,
-                num_experts_per_tok=int(d.get("num_experts_per_tok", 4)) if mt == "lfm2_moe" else 0,
-                moe_intermediate_size=int(d.get("moe_intermediate_size", 1792)) if mt == "lfm2_moe" else 0,
-                use_expert_bias=bool(d.get("use_expert_bias", True)),
-                norm_topk_prob=bool(d.get("norm_topk_prob", True)),
-                routed_scaling_factor=float(d.get("routed_scaling_factor") or 1.0),
-                eos_token_id=d.get("eos_token_id"), raw=d)
-        except (TypeError, ValueError) as e:
-            if isinstance(e, CheckpointError):
-                raise
-            raise CheckpointError(f"{source}: bad value: {e}") from None
-        if nh % nkv or H <= 0 or head_dim <= 0:
-            raise CheckpointError(f"{source}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
-        if "sliding_attention" in layer_types and not cfg.sliding_window:
-            raise CheckpointError(f"{source}: sliding_attention layers need sliding_window")
-        return cfg
-
-
-def _rope_params(d, mt, layer_types, source):
-    """Per attention layer type, the RoPE parameters, read the way transformers reads this family's config."""
-    rp = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    theta = d.get("rope_theta")
-    default_theta = 1e6 if mt.startswith("lfm") else 10000.0
-    out = {}
-    for lt in ("full_attention", "sliding_attention"):
-        if lt not in layer_types:
-            continue
-        if mt == "lfm3" and not rp and theta is None:
-            p = ({"rope_type": "default", "rope_theta": 1e4} if lt == "sliding_attention" else
-                 {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5})
-        elif isinstance(rp.get(lt), dict):
-            p = dict(rp[lt])
-        else:
-            p = dict(rp)
-        p["rope_type"] = p.get("rope_type", p.get("type", "default"))
-        p["rope_theta"] = float(p.get("rope_theta", theta if theta is not None else default_theta))
-        if d.get("partial_rotary_factor") is not None:
-            p.setdefault("partial_rotary_factor", d["partial_rotary_factor"])
-        if p["rope_type"] not in ("default", "linear", "llama3", "proportional"):
-            raise CheckpointError(f"{source}: rope_type {p['rope_type']!r} is not supported "
-                                  "(supported: default, linear, llama3, proportional)")
-        if p["rope_type"] == "llama3":
-            p.setdefault("original_max_position_embeddings", d.get("max_position_embeddings", 8192))
-        out[lt] = p
-    return out
-
-
-def rope_inv_freq(p: dict, head_dim: int, model_type: str) -> torch.Tensor:
+def rope_inv_freq(p: dict, head_dim: int) -> torch.Tensor:
     """Inverse frequencies over head_dim/2 rotation pairs (fp32), as transformers computes them."""
     base, kind = p["rope_theta"], p["rope_type"]
     if kind == "proportional":      # the first fraction of pairs rotates, the rest gets frequency 0
         n = int(p.get("partial_rotary_factor", 1.0) * head_dim // 2)
         inv = 1.0 / base ** (torch.arange(0, 2 * n, 2, dtype=torch.float) / head_dim)
         return torch.cat([inv, torch.zeros(head_dim // 2 - n)]) / p.get("factor", 1.0)
-    # LFM families rotate the full head even when partial_rotary_factor is set (transformers' reading)
-    partial = 1.0 if model_type.startswith("lfm") else p.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise CheckpointError(f"partial_rotary_factor {partial} is only supported with rope_type 'proportional'")
     inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
     if kind == "linear":
         inv = inv / p["factor"]
@@ -364,21 +246,9 @@ def _prefixed(q, k, v, p, window):
 
 def _causal(q, k, v, window):
     """q [B,h,T,D]; keys see themselves and the past, within `window` tokens when given."""
-    T = q.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if window is None or T <= window:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    # Sliding window in query blocks of `window`: each block sees at most 2*window-1 keys (no T x T mask).
-    W, outs = window, []
-    for s in range(0, T, W):
-        e = min(s + W, T)
-        ks = max(0, s - W + 1)
-        qi = torch.arange(s, e, device=q.device)[:, None]
-        ki = torch.arange(ks, e, device=q.device)[None, :]
-        mask = (ki <= qi) & (ki > qi - W)
-        outs.append(F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, ks:e], v[:, :, ks:e],
-                                                   attn_mask=mask, enable_gqa=gqa))
-    return torch.cat(outs, 2)
+    if window is None or q.shape[2] <= window:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    return _prefixed(q, k, v, 0, window)     # sliding: query blocks of `window`, each sees < 2*window keys
 
 
 class Attention(nn.Module):
@@ -601,7 +471,7 @@ class CausalLM(nn.Module):
         for lt, p in self.config.rope.items():
             key = (lt, pos.device)
             if key not in self._inv_freq:
-                self._inv_freq[key] = rope_inv_freq(p, self.config.head_dim, self.config.model_type).to(pos.device)
+                self._inv_freq[key] = rope_inv_freq(p, self.config.head_dim).to(pos.device)
             f = pos[:, None] * self._inv_freq[key][None, :]
             emb = torch.cat((f, f), dim=-1)[:, None, :]
             out[lt] = (emb.cos(), emb.sin())
@@ -636,53 +506,12 @@ class CausalLM(nn.Module):
     def new_cache(self, batch_size: int, capacity: int = 256) -> "Cache":
         return Cache(self, batch_size, capacity)
 
-    @torch.no_grad()
-    def generate(self, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=None, eos_ids=(), n=None):
-        """Sample a continuation of one prompt (list of ids); returns (new ids, their logprobs under the
-        distribution actually sampled). temperature 0 = greedy. With `n`, samples n continuations in one
-        batch (rows share the prompt) and returns a list of n such pairs."""
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(seed if seed is not None else random.getrandbits(63))
-        rows = n or 1
-        cache = self.new_cache(rows, len(prompt_ids) + max_new_tokens)
-        logits = self(torch.tensor([prompt_ids] * rows, device=self.device), cache=cache)[:, -1]
-        outs, eos = [([], []) for _ in range(rows)], set(eos_ids)
-        done = [False] * rows
-        for _ in range(max_new_tokens):
-            toks = []
-            for r in range(rows):
-                tok, lp = sample(logits[r], temperature, top_p, gen)
-                toks.append(tok)
-                if not done[r]:
-                    outs[r][0].append(tok)
-                    outs[r][1].append(lp)
-                    done[r] = tok in eos
-            if all(done):
-                break
-            logits = self(torch.tensor([[t] for t in toks], device=self.device), cache=cache)[:, -1]
-        return outs if n else outs[0]
-
-
-def sample(logits, temperature, top_p, gen, top_k=0):
-    """One token from 1-D logits with temperature / top-k / nucleus sampling; returns (token, logprob under
-    the distribution actually sampled from - vLLM's processed logprobs). temperature 0 = greedy."""
-    logits = logits.float().cpu()
-    if temperature <= 0:
-        lp = torch.log_softmax(logits, -1)
-        tok = int(lp.argmax())
-        return tok, float(lp[tok])
-    lp = torch.log_softmax(logits / temperature, -1)
-    if 0 < top_k < lp.shape[0]:
-        lp = torch.log_softmax(lp.masked_fill(lp < lp.topk(top_k).values[-1], float("-inf")), -1)
-    if top_p < 1.0:
-        p_sorted, idx = lp.exp().sort(descending=True)
-        drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p     # keep the smallest prefix reaching top_p
-        lp = torch.log_softmax(lp.index_fill(0, idx[drop], float("-inf")), -1)
-    tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
-    return tok, float(lp[tok])
-
-
 # ----------------------------------------------------------------------------- decoding cache
+
+def _grow(c, cap):
+    """A [B, heads, len, D] cache tensor zero-padded to `cap` positions."""
+    return torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2) if c.shape[2] < cap else c
+
 
 class Cache:
     """Per-row decoding state: K/V per attention layer [B, hkv, capacity, D] (grown on demand; sliding
@@ -703,10 +532,8 @@ class Cache:
     def extend(self, other: "Cache"):
         """Append `other`'s rows (e.g. a freshly prefilled request) to this batch."""
         cap = max(self.cap, other.cap)
-        fit = lambda c: torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2) \
-            if c.shape[2] < cap else c   # noqa: E731
         for i in self.kv:
-            self.kv[i] = tuple(torch.cat([fit(a), fit(b)], 0) for a, b in zip(self.kv[i], other.kv[i]))
+            self.kv[i] = tuple(torch.cat([_grow(a, cap), _grow(b, cap)], 0) for a, b in zip(self.kv[i], other.kv[i]))
         for i in self.state:
             self.state[i] = torch.cat([self.state[i], other.state[i]], 0)
         self.lengths = torch.cat([self.lengths, other.lengths])
@@ -729,9 +556,7 @@ class Cache:
         kc, vc = self.kv[layer]
         if need > kc.shape[2]:
             cap = max(need, 2 * kc.shape[2])
-            grow = lambda c: torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2)
-            kc, vc = grow(kc), grow(vc)
-            self.kv[layer] = (kc, vc)
+            kc, vc = self.kv[layer] = (_grow(kc, cap), _grow(vc, cap))
             self.cap = max(self.cap, cap)
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         for b in range(B):        # rows may sit at different lengths (continuous batching)
@@ -758,160 +583,11 @@ class Cache:
         return y.transpose(1, 2).reshape(N, H)
 
 
-# ----------------------------------------------------------------------------- loading
-
-def read_config(path: Path) -> Config:
-    f = Path(path) / "config.json"
-    if not f.is_file():
-        raise CheckpointError(f"{path}: no config.json (expected a Hugging Face checkpoint directory)")
-    try:
-        d = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{f}: invalid JSON: {e}") from None
-    if not isinstance(d, dict):
-        raise CheckpointError(f"{f}: expected a JSON object")
-    if "text_config" in d and "model_type" in d.get("text_config", {}):   # a VL wrapper: take its language model
-        d = d["text_config"]
-    return Config.from_dict(d, str(f))
-
-
-def _weight_files(path: Path) -> list:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as e:
-            raise CheckpointError(f"{index}: unreadable weight_map: {e}") from None
-        missing = [f for f in files if not (path / f).is_file()]
-        if missing:
-            raise CheckpointError(f"{index}: shard(s) missing from {path}: {', '.join(missing)}")
-        return [path / f for f in files]
-    if (path / "model.safetensors").is_file():
-        return [path / "model.safetensors"]
-    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json "
-                          "(only safetensors checkpoints are supported)")
-
-
-def _rename(key: str, cfg: Config) -> str:
-    if key.startswith("model.language_model."):
-        key = "model." + key[len("model.language_model."):]
-    if cfg.model_type == "lfm3":
-        key = key.replace(".self_attn.gate_proj.", ".self_attn.g_proj.")
-    return key
-
-
-def load_model(path, dtype=None, device=None) -> CausalLM:
-    """Load a checkpoint directory (or a name resolve_model knows). dtype defaults to bf16 on CUDA, fp32
-    elsewhere. Weights go straight from safetensors into the modules (built on the meta device)."""
-    from safetensors import safe_open
-
-    name, path = path, resolve_model(path)
-    cfg = read_config(path)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    with torch.device("meta"):
-        model = CausalLM(cfg)
-    expected = {k: v for k, v in model.state_dict(keep_vars=True).items()}
-    if cfg.tie_word_embeddings:
-        expected.pop("lm_head.weight")
-    loaded, experts, unexpected = {}, {}, []
-    for f in _weight_files(path):
-        try:
-            sf = safe_open(str(f), framework="pt", device=str(device))
-        except Exception as e:   # safetensors raises its own error types for bad headers
-            raise CheckpointError(f"{f}: not a readable safetensors file: {e}") from None
-        with sf:
-            for raw in sf.keys():
-                key = _rename(raw, cfg)
-                parts = key.split(".")
-                if ".experts." in key and len(parts) > 5 and parts[-3].isdigit():   # experts.{e}.w1.weight
-                    stacked = ".".join(parts[:-3] + [parts[-2]])
-                    if stacked in expected:
-                        experts.setdefault(stacked, {})[int(parts[-3])] = (sf.get_tensor(raw), f)
-                        continue
-                if key not in expected:
-                    if not (key == "lm_head.weight" and cfg.tie_word_embeddings):
-                        unexpected.append(f"{raw} ({f.name})")
-                    continue
-                t = sf.get_tensor(raw)
-                if tuple(t.shape) != tuple(expected[key].shape):
-                    raise CheckpointError(f"{f}: tensor {raw} has shape {tuple(t.shape)}, config.json implies "
-                                          f"{tuple(expected[key].shape)}")
-                loaded[key] = t
-    for key, per in experts.items():
-        E = expected[key].shape[0]
-        if sorted(per) != list(range(E)):
-            raise CheckpointError(f"{path}: {key}: found experts {sorted(per)}, config.json has num_experts={E}")
-        t = torch.stack([per[e][0] for e in range(E)])
-        if t.shape != expected[key].shape:
-            raise CheckpointError(f"{per[0][1]}: experts of {key} have shape {tuple(t.shape[1:])}, config.json "
-                                  f"implies {tuple(expected[key].shape[1:])}")
-        loaded[key] = t
-    missing = [k for k in expected if k not in loaded]
-    if missing or unexpected:
-        msg = []
-        if missing:
-            msg.append(f"missing tensors: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
-        if unexpected:
-            msg.append(f"unexpected tensors: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
-        raise CheckpointError(f"{path}: checkpoint does not match config.json ({cfg.model_type}): " + "; ".join(msg))
-    for k, t in loaded.items():
-        keep_fp32 = k.endswith("expert_bias")     # routing bias stays fp32, like the reference
-        loaded[k] = t.to(device=device, dtype=torch.float32 if keep_fp32 else dtype)
-    model.load_state_dict(loaded, strict=False, assign=True)
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    model.requires_grad_(False)   # a frozen base; LoRA adds the trainable parameters
-    model.name_or_path = MODEL_REPOS.get(str(name), str(name))
-    return model.eval()
-
-
-def hf_state_dict(model: CausalLM, overrides=None) -> dict:
-    """The base weights under their on-disk checkpoint names: experts per expert, no tied lm_head, no LoRA."""
-    cfg, out = model.config, {}
-    for k, v in model.state_dict().items():
-        if ".lora_A." in k or ".lora_B." in k or (k == "lm_head.weight" and cfg.tie_word_embeddings):
-            continue
-        v = (overrides or {}).get(k, v)
-        if ".experts.w" in k:
-            for e in range(v.shape[0]):
-                out[k.replace(".experts.", f".experts.{e}.") + ".weight"] = v[e]
-        else:
-            out[k] = v
-    return out
-
-
-def resolve_model(name_or_path) -> Path:
-    """A checkpoint directory; a `*.gguf` file or a GGUF model name (checkpoint.GGUF_MODELS), converted once
-    into the harness-rl cache by checkpoint.py; or a model name / HF repo id found in the Hugging Face cache
-    (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) as written by `hf download`."""
-    import checkpoint as ckpt    # (`checkpoint` here is torch's activation checkpointing)
-
-    p = Path(os.path.expanduser(str(name_or_path)))
-    if p.is_dir():
-        return p
-    if p.suffix.lower() == ".gguf":
-        return ckpt.gguf_checkpoint(p)
-    name = str(name_or_path)
-    if name in ckpt.GGUF_MODELS:
-        return ckpt.fetch_gguf_model(name)
-    repo = MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
-    if repo is None:
-        raise CheckpointError(f"{name!r} is neither a checkpoint directory, a .gguf file, nor a known model "
-                              f"({', '.join([*MODEL_REPOS, *ckpt.GGUF_MODELS])}) or a Hugging Face repo "
-                              "id (org/name)")
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
-    root = Path(hub) / ("models--" + repo.replace("/", "--"))
-    snaps = root / "snapshots"
-    candidates = []
-    ref = root / "refs" / "main"
-    if ref.is_file() and (snaps / ref.read_text().strip() / "config.json").exists():
-        return snaps / ref.read_text().strip()
-    if snaps.is_dir():
-        candidates = sorted((s for s in snaps.iterdir() if (s / "config.json").exists()),
-                            key=lambda s: s.stat().st_mtime, reverse=True)
-    if candidates:
-        return candidates[0]
-    raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub}; download it with:\n"
-                          f"  hf download {repo}\n(or pass the path of a checkpoint directory)")
+def __getattr__(name):   # design.md's contract names that moved stay importable here, resolved on first use
+    if name in ("load_model", "resolve_model", "read_config", "hf_state_dict", "CheckpointError"):
+        import checkpoint   # (checkpoint.py imports this file: no import at load time, no cycle)
+        return getattr(checkpoint, name)
+    if name == "write_tiny_checkpoint":
+        import tiny
+        return tiny.write_tiny_checkpoint
+    raise AttributeError(f"module 'model' has no attribute {name!r}")

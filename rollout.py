@@ -40,15 +40,23 @@ from pathlib import Path
 
 from aiohttp import web
 
-import grpo
 import sandbox as SB
-from servers import MAX_BODY
+from servers import MAX_BODY, ChatStream
 import tasks as T
 from guard import Guard
 
 CONTEXT_ERROR = "maximum context length"
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
+
+
+@dataclass
+class Turn:
+    """One model call inside a rollout, exactly as the server returned it (grpo.build_sequences trains on it)."""
+    prompt_ids: list
+    completion_ids: list
+    logprobs: list          # sampling logprob of each completion token
+    version: int            # adapter version that produced it
 
 
 @dataclass
@@ -59,8 +67,8 @@ class Rollout:
     index: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    start_version: int = 0
-    turns: list = field(default_factory=list)        # grpo.Turn, in order
+    start_version: int = 0                           # the adapter version new requests used when it began
+    turns: list = field(default_factory=list)        # Turn, in order
     exchanges: list = field(default_factory=list)    # (request messages, answer message, turn index) for ATIF
     tools: list | None = None
     tool_calls: int = 0
@@ -80,20 +88,17 @@ class Rollout:
     finished: float = 0.0
     guard: object = None
 
-    @property
-    def version(self):                  # staleness is measured from the start version
-        return self.start_version
-
 
 # ----------------------------------------------------------------------------- the proxy
 
 class Proxy:
-    """adapter(): (model name to send the server, its version). sampling: temperature, top_p, max_tokens.
+    """adapter(): (model name to send the server, its version). sampling: the run's temperature, top_p and
+    max_tokens (the ceiling on a harness's own limit); one left out is left to the server (OpenAI's defaults).
     guard=False turns the checks off (eval.py's ablation); calls are still counted."""
 
     def __init__(self, client, adapter, sampling=None, timeout=600, guard=True):
         self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
-        self.sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, **(sampling or {})}
+        self.sampling = dict(sampling or {})
         self.rollouts, self.url, self._runner = {}, None, None
         self.in_use = collections.Counter()     # adapter name -> requests in flight on the server
         self.overhead = collections.deque(maxlen=100000)   # seconds per request spent in the proxy itself
@@ -158,9 +163,11 @@ class Proxy:
         # the harness's own limit counts only if it is a sane one; the trainer's is the ceiling either way
         asked = [v for v in (body.get("max_completion_tokens"), body.get("max_tokens"))
                  if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-        req = {"model": name, "messages": messages, "temperature": self.sampling["temperature"],
-               "top_p": self.sampling["top_p"], "max_tokens": min(asked[:1] + [self.sampling["max_tokens"]]),
-               "stream": False, "logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+        limits = asked[:1] + [self.sampling["max_tokens"]] if "max_tokens" in self.sampling else asked[:1]
+        req = {"model": name, "messages": messages, "stream": False, "logprobs": True, "top_logprobs": 0,
+               "return_token_ids": True, **{k: self.sampling[k] for k in ("temperature", "top_p") if k in self.sampling}}
+        if limits:
+            req["max_tokens"] = min(limits)
         if tools:
             req["tools"] = tools
             if isinstance(body.get("tool_choice"), str):
@@ -194,7 +201,7 @@ class Proxy:
             if not msg["tool_calls"] and finish == "tool_calls":
                 finish = "stop"
             lps = [x["logprob"] for x in choice["logprobs"]["content"]]
-            r.turns.append(grpo.Turn(resp["prompt_token_ids"], choice["token_ids"], lps, version))
+            r.turns.append(Turn(resp["prompt_token_ids"], choice["token_ids"], lps, version))
             r.exchanges.append((messages, msg, len(r.turns) - 1))
         elif choice is not None:
             r.aux_requests += 1
@@ -225,30 +232,11 @@ class Proxy:
             msg["tool_calls"] = kept
 
     async def _sse(self, request, msg, finish, usage, body):
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or "policy"
-
-        async def send(delta=None, finish_reason=None, usage_=None):
-            chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [] if usage_ is not None else [{"index": 0, "delta": delta or {},
-                                                               "finish_reason": finish_reason}]}
-            if usage_ is not None:
-                chunk["usage"] = usage_
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-
-        await send({"role": "assistant", "content": ""})
-        if msg.get("content"):
-            await send({"content": msg["content"]})
-        for i, c in enumerate(msg["tool_calls"]):
-            await send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                        "function": {"name": c["function"]["name"],
-                                                     "arguments": c["function"]["arguments"]}}]})
-        await send({}, finish)
-        if (body.get("stream_options") or {}).get("include_usage"):
-            await send(usage_=usage)
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
+        stream = await ChatStream().open(request, body.get("model") or "policy")
+        await stream.send({"role": "assistant", "content": ""})
+        await stream.end(msg.get("content"), msg["tool_calls"], finish,
+                         usage if (body.get("stream_options") or {}).get("include_usage") else None)
+        return stream.resp
 
 
 def _read_reply(resp):
@@ -287,8 +275,8 @@ def _read_reply(resp):
 
 # ----------------------------------------------------------------------------- one rollout
 
-async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, context=131072, timeout=None,
-                      keep=False, sandbox="auto"):
+async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, context, timeout=None, keep=False,
+                      sandbox="auto"):
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
     they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
     does that, once, with the run's numbers)."""
@@ -368,9 +356,10 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, max_tokens=4096, 
 
 
 def _tail(path, n=400):
+    """The end of a log the sandbox could have replaced (by a link, a FIFO): read as untrusted."""
     try:
-        return Path(path).read_text(errors="replace")[-n:].replace("\n", " | ")
-    except OSError:
+        return SB.read_untrusted(path, n, tail=True).decode(errors="replace").replace("\n", " | ")
+    except (OSError, ValueError):
         return ""
 
 
@@ -435,6 +424,10 @@ def _args(a):
 
 # ----------------------------------------------------------------------------- the pool
 
+class StallError(RuntimeError):
+    """No graded group for --stall-timeout seconds; the message says what the rollouts since then failed on."""
+
+
 @dataclass
 class Group:
     task: object
@@ -443,14 +436,16 @@ class Group:
 
 class RolloutPool:
     """Keeps up to `max_sessions` rollouts of one harness running. next_task() gives the next training
-    task; version() the adapter version new requests use (recorded at each rollout's start); reward(r)
-    decides a finished rollout's reward, once (stored as r.reward, written to its ATIF file). Finished
-    groups arrive on `self.groups` (an asyncio.Queue), complete, in order of completion."""
+    task, or None when there is none left; served() the adapter version new requests use (recorded as
+    each rollout's start_version); reward(r) decides a finished rollout's reward, once (stored as r.reward,
+    written to its ATIF file). Finished groups arrive on `self.groups` (an asyncio.Queue), complete, in
+    order of completion. The numbers (sessions, group size, max_tokens, context) are the run's."""
 
-    def __init__(self, harness, proxy: Proxy, next_task, version, root, max_sessions=48, group_size=8,
-                 rollouts_dir=None, keep=False, sandbox="auto", max_tokens=4096, context=131072, timeout=None,
-                 reward=None):
-        self.harness, self.proxy, self.next_task, self.version = harness, proxy, next_task, version
+    def __init__(self, harness, proxy: Proxy, next_task, served, root, *, max_sessions, group_size, max_tokens,
+                 context, rollouts_dir=None, keep=False, sandbox="auto", timeout=None, reward=None, name=None):
+        self.harness, self.proxy, self.next_task, self.served = harness, proxy, next_task, served
+        self.name = name or harness.name
+        self.last_graded, self.ungraded_since = time.time(), []     # for the stall check (next_group)
         self.reward = reward
         self.root, self.max_sessions, self.group_size = Path(root), max_sessions, group_size
         self.rollouts_dir, self.keep, self.sandbox = rollouts_dir, keep, sandbox
@@ -488,7 +483,7 @@ class RolloutPool:
         async with self.slots:
             self.running += 1
             try:
-                r.start_version = self.version()
+                r.start_version = self.served()
                 await run_rollout(r, self.harness, self.proxy, self.root, keep=self.keep, sandbox=self.sandbox,
                                   **self.kw)
             finally:
@@ -496,9 +491,41 @@ class RolloutPool:
         if self.reward is not None:
             r.reward = self.reward(r)
         if self.rollouts_dir:
-            out = Path(self.rollouts_dir) / f"{self.version():05d}" / f"{r.id}.json"
+            out = Path(self.rollouts_dir) / f"{self.served():05d}" / f"{r.id}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(to_atif(r, self.harness.version), indent=1))
+
+    async def next_group(self, stop, stall_timeout):
+        """The next finished group, or None once `stop` is set. Raises StallError, saying why, when no graded
+        group arrived for stall_timeout seconds (a run that cannot progress must not spin forever)."""
+        get = asyncio.ensure_future(self.groups.get())
+        halt = asyncio.ensure_future(stop.wait())
+        left = stall_timeout - (time.time() - self.last_graded)
+        done, _ = await asyncio.wait({get, halt}, timeout=max(left, 0.1), return_when=asyncio.FIRST_COMPLETED)
+        halt.cancel()
+        if get not in done:
+            get.cancel()
+            if halt in done:
+                return None
+            raise StallError(self.stall_reason(stall_timeout))
+        g = get.result()
+        if any(r.reward is not None for r in g.rollouts):
+            self.last_graded, self.ungraded_since = time.time(), []
+        else:
+            self.ungraded_since += g.rollouts
+        return g
+
+    def stall_reason(self, stall_timeout):
+        rs, head = self.ungraded_since, f"{self.name}: no graded group in {stall_timeout:g} s (--stall-timeout)"
+        if not rs:
+            return f"{head}, and no group finished at all ({self.running} rollouts still running): a hung server " \
+                   "or harness? See runs/<run>/rollouts and the server log; a slow setup needs a larger --stall-timeout"
+        why = collections.Counter(r.failure or "other" for r in rs)
+        zero = sum(not r.turns for r in rs)
+        first = next((r.errors[0] for r in rs if r.errors), "")
+        return (f"{head}: {len(rs)} rollouts since then, all ungraded ({', '.join(f'{k} {v}' for k, v in why.items())})"
+                + (f", {zero} with no model turn at all (does the prompt fit --context {self.kw['context']}?)"
+                   if zero else "") + (f"; first error: {first[:300]}" if first else ""))
 
     async def stop(self):
         """Cancel everything; every harness process group is killed by run_rollout's cleanup."""

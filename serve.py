@@ -27,8 +27,8 @@ import uuid
 
 from aiohttp import web
 
+import checkpoint as C
 import lora as L
-import model as M
 from chat import ChatFormat
 from engine import Engine, Request, RequestError
 from servers import MAX_BODY, ChatStream, Handle, new_key
@@ -79,9 +79,9 @@ class Server:
     def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None,
                  threads=None, api_key=None):
         self.api_key = api_key          # None: open (vLLM's default too); else every route but /health needs it
-        self.path = M.resolve_model(model_path)
+        self.path = C.resolve_model(model_path)
         self.name = name or str(model_path)
-        self.model = model if model is not None else M.load_model(self.path, dtype=dtype, device=device)
+        self.model = model if model is not None else C.load_model(self.path, dtype=dtype, device=device)
         if not hasattr(self.model, "lora_routing"):
             L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
         self.fmt = ChatFormat.from_checkpoint(self.path)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+import checkpoint as C
 import lora as L
-import model as M
 
 MAX_BODY = 32 * 2**20       # the largest request body the embedded server and the proxy accept
 
@@ -53,11 +53,12 @@ def new_key():
 VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
 
 
-def vllm_command(model_path, port, rank=None, trainers=1, max_staleness=None, model_type=None, max_model_len=None,
-                 extra=(), api_key=None):
+def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, max_model_len=None, extra=(),
+                 api_key=None):
     """The `vllm serve` command line and environment for serving every adapter of a run from one server.
-    rank, max_staleness: the run's (train.py's table); None: vLLM's defaults (max LoRA rank 16, 1 LoRA)."""
-    model_type = model_type or M.read_config(M.resolve_model(model_path)).model_type
+    rank: the run's LoRA rank; max_loras: adapters resident at once (train.py: trainers x
+    grpo.live_versions(max_staleness)); None: vLLM's defaults (max LoRA rank 16, 1 LoRA)."""
+    model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
     if model_type == "lfm3":
         raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
     cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora",
@@ -68,8 +69,7 @@ def vllm_command(model_path, port, rank=None, trainers=1, max_staleness=None, mo
         if max_rank is None:
             raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {L.VLLM_RANKS[-1]}")
         cmd += ["--max-lora-rank", str(max_rank)]
-    if max_staleness is not None:
-        max_loras = trainers * (max_staleness + 2)    # every version a rollout may still be using, per trainer
+    if max_loras is not None:
         cmd += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+import checkpoint as C
 import model as M
 
 # ----------------------------------------------------------------------------- templates
@@ -253,7 +254,7 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
         if model_type == "llama":
             c.update(mlp_bias=False)
     else:
-        M.Config.from_dict({"model_type": model_type})    # raises the clear error
+        C.parse_config({"model_type": model_type})    # raises the clear error
     c.update(over)
     return c
 
@@ -268,7 +269,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
     tok = write_tiny_tokenizer(d, model_type)
     cfg_d = tiny_config(model_type, vocab_size=tok["vocab_size"], bos_token_id=tok["bos_token_id"],
                         eos_token_id=tok["eos_token_id"], pad_token_id=tok["pad_token_id"], **config_overrides)
-    cfg = M.Config.from_dict(cfg_d)
+    cfg = C.parse_config(cfg_d)
     g = torch.Generator().manual_seed(seed)
     model = M.CausalLM(cfg)
     with torch.no_grad():
@@ -276,7 +277,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
             if k == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
             t.copy_(_tiny_init(k, t.shape, g))
-    save_file({k: v.contiguous() for k, v in M.hf_state_dict(model).items()}, str(d / "model.safetensors"),
+    save_file({k: v.contiguous() for k, v in C.hf_state_dict(model).items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
@@ -291,19 +292,11 @@ def _tiny_init(k, shape, g):
     return scale * torch.randn(shape, generator=g)
 
 
-if __name__ == "__main__":   # smoke: python tiny.py [model_type]
+if __name__ == "__main__":   # python tiny.py [model_type] [out_dir]: write one, load it back, print its size
     import sys
     import tempfile
-    import time
 
     mt = sys.argv[1] if len(sys.argv) > 1 else "lfm3"
-    with tempfile.TemporaryDirectory() as tmp:
-        write_tiny_checkpoint(tmp, mt)
-        m = M.load_model(tmp)
-        from chat import ChatFormat
-        fmt = ChatFormat.from_checkpoint(tmp)
-        ids = fmt.render([{"role": "user", "content": "List the files in the work dir."}])
-        t0 = time.time()
-        out, lps = m.generate(ids, max_new_tokens=24, temperature=1.0, seed=0)
-        print(f"{mt}: {sum(p.numel() for p in m.parameters())} params, prompt {len(ids)} tokens, "
-              f"generated {len(out)} in {time.time() - t0:.2f}s: {fmt.decode(out)!r}")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix=f"tiny-{mt}-"))
+    m = C.load_model(write_tiny_checkpoint(out, mt), device="cpu")
+    print(f"{out}: a tiny {mt} checkpoint, {sum(p.numel() for p in m.parameters())} parameters")

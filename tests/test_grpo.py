@@ -7,21 +7,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo as G
+import rollout as R
 import tiny
+from conftest import grpo_loss
 
 
 # ----------------------------------------------------------------------------- rewards, advantages
 
 def test_shaped_reward_bonus_only_on_full_pass():
-    assert G.shaped_reward(1.0, 3, False) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
-    assert G.shaped_reward(1.0, 30, False) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
-    assert G.shaped_reward(0.5, 1, False) == 0.5
-    assert G.shaped_reward(0.0, 0, False) == 0.0
+    assert G.shaped_reward(1.0, 3, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
+    assert G.shaped_reward(1.0, 30, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
+    assert G.shaped_reward(0.5, 1, False, 0.1, 15) == 0.5
+    assert G.shaped_reward(0.0, 0, False, 0.1, 15) == 0.0
 
 
 def test_shaped_reward_guard_flag_zeroes_and_ungraded_stays_none():
-    assert G.shaped_reward(1.0, 2, True) == 0.0
-    assert G.shaped_reward(None, 2, True) is None
+    assert G.shaped_reward(1.0, 2, True, 0.1, 15) == 0.0
+    assert G.shaped_reward(None, 2, True, 0.1, 15) is None
 
 
 def test_group_advantages_match_hand_computation_and_skip_ungraded():
@@ -40,7 +42,7 @@ def test_group_without_spread_has_no_signal():
 # ----------------------------------------------------------------------------- merging turns
 
 def T(prompt, completion, version=0):
-    return G.Turn(list(prompt), list(completion), [-0.1 * (i + 1) for i in range(len(completion))], version)
+    return R.Turn(list(prompt), list(completion), [-0.1 * (i + 1) for i in range(len(completion))], version)
 
 
 def test_turns_that_extend_merge_into_one_sequence():
@@ -72,7 +74,7 @@ def test_fork_returns_to_an_older_sequence():
 
 def test_sequence_start_version_is_the_rollouts():
     seqs = G.build_sequences([T([1], [2], version=5), T([9], [3], version=7)], 1.0)
-    assert [s.version for s in seqs] == [5, 5]
+    assert [s.start_version for s in seqs] == [5, 5]
 
 
 def test_each_token_keeps_the_version_that_sampled_it_through_merge_and_pack():
@@ -84,15 +86,15 @@ def test_each_token_keeps_the_version_that_sampled_it_through_merge_and_pack():
 
 def test_logprob_count_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
-        G.build_sequences([G.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
+        G.build_sequences([R.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
 
 
 def test_staleness_boundary_is_exact():
-    items = [G.Sequence([1, 2], [0, 1], [0, 0], 1.0, version=v) for v in (6, 5, 4)]
+    items = [G.Sequence([1, 2], [0, 1], [0, 0], 1.0, start_version=v) for v in (6, 5, 4)]
     kept, dropped = G.drop_stale(items, current_version=10, max_staleness=4)
-    assert [s.version for s in kept] == [6] and [s.version for s in dropped] == [5, 4]
-    kept, _ = G.drop_stale(items, current_version=9)
-    assert [s.version for s in kept] == [6, 5]
+    assert [s.start_version for s in kept] == [6] and [s.start_version for s in dropped] == [5, 4]
+    kept, _ = G.drop_stale(items, current_version=9, max_staleness=4)
+    assert [s.start_version for s in kept] == [6, 5]
 
 
 # ----------------------------------------------------------------------------- packing
@@ -126,13 +128,13 @@ def test_pack_fifo_oldest_first_and_skipped_one_leads_next_step():
     seqs = [seq(300, 0), seq(300, 1), seq(900, 2), seq(100, 3)]
     p = G.pack(seqs, 1000, micro_batches=4)     # rows of 250: 300s are truncated to 250
     assert p.truncated == 3 and [s.rollout for s in p.waiting] == []
-    p = G.pack([seq(241, 0), seq(241, 1), seq(241, 2), seq(201, 3), seq(101, 4), seq(11, 5)], 1000)
+    p = G.pack([seq(241, 0), seq(241, 1), seq(241, 2), seq(201, 3), seq(101, 4), seq(11, 5)], 1000, 4)
     assert [s.rollout for s in p.waiting] == ["4"]      # did not fit the budget: leads the next step
     assert sorted(s.rollout for m in p.micro_batches for s in m.sequences) == ["0", "1", "2", "3", "5"]
 
 
 def test_pack_drops_sequences_without_trained_tokens():
-    p = G.pack([seq(10, 0, trained=False), seq(10, 1)], 100)
+    p = G.pack([seq(10, 0, trained=False), seq(10, 1)], 100, 4)
     assert p.dropped == 1 and len(p.micro_batches) == 1
 
 
@@ -236,7 +238,7 @@ def _loss_and_grads(model, params, packed):
     for mb in packed.micro_batches:
         h = model(mb.input_ids, mb.position_ids, return_hidden=True)
         logp = G.token_logprobs(h, model.lm_head.weight, mb.targets, temperature=0.7)
-        loss, _ = G.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
+        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
         loss.backward()
         total += loss.item()
     return total, [p.grad.clone() for p in params]
@@ -246,8 +248,8 @@ def _loss_and_grads(model, params, packed):
 def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_type):
     import random
     import lora as L
-    import model as M
-    model = M.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
+    import checkpoint as C
+    model = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
     L.add_lora(model, rank=4, alpha=8, adapters=("p",), seed=0)
     L.set_adapter(model, "p")
     params = L.lora_parameters(model, "p")
@@ -299,12 +301,12 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
 def test_logprobs_at_the_sampling_temperature_equal_the_samplers(temperature):
-    """The trainer's pi is of the distribution the server sampled from (model.sample: processed logprobs)."""
-    import model as M
+    """The trainer's pi is of the distribution the server sampled from (engine.sample: processed logprobs)."""
+    import engine as E
     torch.manual_seed(0)
     h, w = torch.randn(6, 16, requires_grad=True), torch.randn(101, 16)
     gen = torch.Generator().manual_seed(0)
-    sampled = [M.sample(h[i].detach() @ w.t(), temperature, 1.0, gen) for i in range(6)]
+    sampled = [E.sample(h[i].detach() @ w.t(), temperature, 1.0, gen) for i in range(6)]
     got = G.token_logprobs(h, w, torch.tensor([t for t, _ in sampled]), chunk=4, temperature=temperature)
     assert torch.allclose(got, torch.tensor([lp for _, lp in sampled]), atol=1e-5)
     got.sum().backward()                      # and the gradient flows through the scaling
@@ -319,7 +321,7 @@ def test_loss_equals_hand_computed_reference():
     old = torch.tensor([-1.2, -0.5, -1.0, -0.1])
     adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
     mask = torch.tensor([1.0, 1.0, 1.0, 0.0])
-    loss, stats = G.grpo_loss(logp, old, adv, mask, objective="clip")
+    loss, stats = grpo_loss(logp, old, adv, mask, objective="clip")
     r = [math.exp(0.2), 1.0, math.exp(-1.0)]
     terms = [max(-1 * r[0], -1 * min(max(r[0], 0.8), 1.28)), -1.0, max(1 * r[2], 1 * min(max(r[2], 0.8), 1.28))]
     assert loss.item() == pytest.approx(sum(terms) / 3, rel=1e-6)
@@ -333,7 +335,7 @@ def test_tis_gradient_equals_hand_computation_with_truncation_at_C():
     mu = torch.tensor([-1.2, -1.5, -1.0, -0.1, -0.3])       # r = e^0.2, e^1.0 (> C = 2), e^-1.0, 1, 1
     adv = torch.tensor([1.0, -2.0, -1.0, 2.0, 5.0])
     mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
-    loss, stats = G.grpo_loss(logp, mu, adv, mask, objective="tis", tis_cap=2.0)
+    loss, stats = grpo_loss(logp, mu, adv, mask, objective="tis", tis_cap=2.0)
     (g,) = torch.autograd.grad(loss, logp)
     w = [math.exp(0.2), 2.0, math.exp(-1.0), 1.0]            # e^1.0 = 2.718 is truncated to C = 2
     want = [-w[i] * adv[i].item() / 4 for i in range(4)] + [0.0]
@@ -347,7 +349,7 @@ def test_mismatch_is_measured_on_fresh_tokens_only():
     logp = torch.tensor([-1.0, -1.0, -1.0])
     mu = torch.tensor([-1.1, -3.0, -1.0])
     fresh = torch.tensor([1, 0, 1])                           # token 2 came from an older version
-    _, st = G.grpo_loss(logp, mu, torch.ones(3), torch.ones(3), fresh=fresh)
+    _, st = grpo_loss(logp, mu, torch.ones(3), torch.ones(3), fresh=fresh)
     assert st["mismatch"].item() == pytest.approx(0.05, rel=1e-5) and st["fresh_tokens"].item() == 2
 
 
@@ -355,7 +357,7 @@ def test_ratio_one_is_plain_policy_gradient():
     logp = torch.tensor([-1.0, -2.0, -0.3], requires_grad=True)
     adv = torch.tensor([0.5, -1.5, 2.0])
     for objective in ("clip", "tis"):
-        loss, _ = G.grpo_loss(logp, logp.detach(), adv, torch.ones(3), objective=objective)
+        loss, _ = grpo_loss(logp, logp.detach(), adv, torch.ones(3), objective=objective)
         (g,) = torch.autograd.grad(loss, logp)
         assert torch.allclose(g, -adv / 3)
 
@@ -364,7 +366,7 @@ def test_clipping_zeroes_gradients_where_it_should():
     old = torch.zeros(4)
     logp = torch.tensor([0.5, 0.5, -0.5, -0.5], requires_grad=True)       # ratios 1.65, 1.65, 0.61, 0.61
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    loss, _ = G.grpo_loss(logp, old, adv, torch.ones(4), objective="clip")
+    loss, _ = grpo_loss(logp, old, adv, torch.ones(4), objective="clip")
     (g,) = torch.autograd.grad(loss, logp)
     assert g[0] == 0 and g[3] == 0        # A>0 above 1+eps_high, A<0 below 1-eps_low: clipped, no gradient
     assert g[1] != 0 and g[2] != 0        # the pessimistic side keeps its gradient
@@ -372,7 +374,7 @@ def test_clipping_zeroes_gradients_where_it_should():
 
 def test_ratio_cap_bounds_the_negative_side():
     logp = torch.tensor([3.0], requires_grad=True)
-    loss, _ = G.grpo_loss(logp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), objective="clip", ratio_cap=5.0)
+    loss, _ = grpo_loss(logp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), objective="clip", ratio_cap=5.0)
     (g,) = torch.autograd.grad(loss, logp)
     assert loss.item() == pytest.approx(5.0) and g.item() == 0
 
@@ -383,10 +385,10 @@ def test_step_token_mean_over_micro_batches_equals_one_batch(objective):
     logp = torch.randn(10, requires_grad=True)
     old, adv = torch.randn(10) * 0.1 + logp.detach(), torch.randn(10)
     mask = (torch.rand(10) > 0.3).float()
-    full, _ = G.grpo_loss(logp, old, adv, mask, objective=objective)
+    full, _ = grpo_loss(logp, old, adv, mask, objective=objective)
     (g_full,) = torch.autograd.grad(full, logp)
     n = mask.sum()
-    parts = [G.grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n, objective=objective)[0]
+    parts = [grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n, objective=objective)[0]
              for s in (slice(0, 4), slice(4, 10))]
     (g_acc,) = torch.autograd.grad(sum(parts), logp)
     assert torch.allclose(sum(parts), full) and torch.allclose(g_acc, g_full)
@@ -395,7 +397,7 @@ def test_step_token_mean_over_micro_batches_equals_one_batch(objective):
 def test_kl_term_needs_reference_and_is_zero_at_reference():
     logp = torch.tensor([-1.0, -2.0])
     with pytest.raises(ValueError, match="ref_logp"):
-        G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1)
-    loss0, _ = G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2))
-    loss1, stats = G.grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1, ref_logp=logp)
+        grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1)
+    loss0, _ = grpo_loss(logp, logp, torch.ones(2), torch.ones(2))
+    loss1, stats = grpo_loss(logp, logp, torch.ones(2), torch.ones(2), beta=0.1, ref_logp=logp)
     assert loss1.item() == pytest.approx(loss0.item()) and stats["kl"].item() == pytest.approx(0.0)

@@ -4,11 +4,13 @@ import time
 
 import torch
 
+import checkpoint as C
 import grpo as G
 import lora as L
-import model as M
+import rollout as R
 import tiny
 from chat import ChatFormat
+from conftest import generate, grpo_loss
 
 
 def digit_fraction(text):
@@ -19,7 +21,7 @@ def digit_fraction(text):
 def test_grpo_raises_a_verifiable_reward(tmp_path):
     torch.manual_seed(0)
     path = tiny.write_tiny_checkpoint(tmp_path, "lfm3", seed=0)
-    model, fmt = M.load_model(path, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(path)
+    model, fmt = C.load_model(path, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(path)
     L.add_lora(model, rank=8, alpha=16, adapters=("policy",), seed=0)
     L.set_adapter(model, "policy")
     params = L.lora_parameters(model, "policy")
@@ -33,14 +35,14 @@ def test_grpo_raises_a_verifiable_reward(tmp_path):
         seqs, rewards = [], []
         model.eval()
         for i, prompt in enumerate(prompts):
-            samples = model.generate(prompt, max_new_tokens=8, temperature=1.0, seed=1000 * step + i, n=8,
+            samples = generate(model, prompt, max_new_tokens=8, temperature=1.0, seed=1000 * step + i, n=8,
                                      eos_ids=fmt.eos_token_ids)
             r = [digit_fraction(fmt.decode(ids, skip_special_tokens=True)) for ids, _ in samples]
             rewards += r
             adv, signal = G.group_advantages(r)
             if signal:
                 for (ids, lps), a in zip(samples, adv):
-                    seqs += G.build_sequences([G.Turn(prompt, ids, lps, step)], a, rollout=f"{step}-{i}")
+                    seqs += G.build_sequences([R.Turn(prompt, ids, lps, step)], a, rollout=f"{step}-{i}")
         history.append(sum(rewards) / len(rewards))
         if len(history) >= 3 and sum(history[-3:]) / 3 > 0.7:
             break
@@ -51,7 +53,7 @@ def test_grpo_raises_a_verifiable_reward(tmp_path):
         for mb in packed.micro_batches:
             h = model(mb.input_ids, mb.position_ids, return_hidden=True)
             logp = G.token_logprobs(h, model.lm_head.weight, mb.targets)
-            loss, stats = G.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
+            loss, stats = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
             loss.backward()
         opt.step()
     start, end = sum(history[:3]) / 3, sum(history[-3:]) / 3

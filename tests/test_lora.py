@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import checkpoint as C
 import lora as L
 import model as M
 import tiny
@@ -106,7 +107,7 @@ def test_peft_targets_the_same_modules_as_we_do(tmp_path):
         theirs = {n.removeprefix("base_model.model.") for n, m in pm.named_modules() if hasattr(m, "lora_A")
                   and isinstance(m.lora_A, torch.nn.ModuleDict)}
         theirs = {n for n in theirs if not n.endswith("feed_forward.gate")}     # PEFT also takes the router
-        ours_ = set(L.lora_layers(L.add_lora(ours, rank=2)))
+        ours_ = set(L.lora_layers(L.add_lora(ours, rank=2, alpha=32)))
         assert ours_ == theirs, model_type
 
 
@@ -114,14 +115,14 @@ def test_new_adapter_equals_base(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
     ids = rand_ids(2, 11)
     base = logits(ours, ids)
-    L.add_lora(ours, adapters=("a", "b"))
+    L.add_lora(ours, rank=32, alpha=32, adapters=("a", "b"))
     L.set_adapter(ours, "a")
     assert torch.equal(logits(ours, ids), base)
 
 
 def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2_moe")
-    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "b", seed=1)
     before = {n: p.detach().clone() for n, p in ours.named_parameters()}
     for p in L.lora_parameters(ours, "a"):
@@ -140,7 +141,7 @@ def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
 
 def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
-    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "a", 1)
     randomize(ours, "b", 2)
     ids = rand_ids(3, 10)
@@ -160,24 +161,24 @@ def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
 
 def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2")
-    L.add_lora(ours, rank=4, adapters=("a", "b"))
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "a", 3)
     ids = rand_ids(1, 8)
     L.set_adapter(ours, "a")
     want = logits(ours, ids)
     L.remove_adapter(ours, "b")
-    L.add_lora(ours, rank=8, adapters=("c",))
+    L.add_lora(ours, rank=8, alpha=32, adapters=("c",))
     assert torch.equal(logits(ours, ids), want)
     assert L.adapter_names(ours) == ["a", "c"]
     with pytest.raises(L.AdapterError, match="already loaded"):
-        L.add_lora(ours, adapters=("a",))
+        L.add_lora(ours, rank=32, alpha=32, adapters=("a",))
     with pytest.raises(L.AdapterError, match="unknown adapter 'b'"):
         L.set_adapter(ours, "b")
 
 
 def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
-    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
-    L.add_lora(ours)      # the recipe's defaults: rank 32, alpha 32
+    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
+    L.add_lora(ours, rank=32, alpha=32)      # the recipe's numbers: rank 32, alpha 32
     out = L.save_adapter(ours, tmp_path / "pi-v1")
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM" and cfg["bias"] == "none"
@@ -197,12 +198,12 @@ def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
 
 def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_path):
     _, ours = save_hf(tmp_path / "a", "lfm2")
-    L.add_lora(ours, rank=4)
+    L.add_lora(ours, rank=4, alpha=32)
     L.save_adapter(ours, tmp_path / "ad")
     _, other = save_hf(tmp_path / "other", "lfm2", hidden_size=64)     # same layout, other width
     with pytest.raises(L.AdapterError, match=r"lora_A .* do not fit .*other base model"):
         L.load_adapter(other, tmp_path / "ad", adapter="x")
-    small = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
+    small = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
     with pytest.raises(L.AdapterError, match=r"self_attn.k_proj.lora_A.weight.*not a module of this model"):
         L.load_adapter(small, tmp_path / "ad", adapter="x")
     assert L.adapter_names(other) == [] and all("lora_A" not in n or not len(m.lora_A)
@@ -226,14 +227,14 @@ def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_pa
 
 def test_merge_and_merged_export_match_the_adapter(tmp_path):
     path = tiny.write_tiny_checkpoint(tmp_path / "base", "lfm3")
-    ours = M.load_model(path, dtype=torch.float32, device=DEVICE)
-    L.add_lora(ours, rank=4)
+    ours = C.load_model(path, dtype=torch.float32, device=DEVICE)
+    L.add_lora(ours, rank=4, alpha=32)
     randomize(ours, "default")
     L.set_adapter(ours, "default")
     ids = rand_ids(1, 12, high=ours.config.vocab_size)
     want = logits(ours, ids)
     L.save_merged(ours, path, tmp_path / "merged")
-    merged = M.load_model(tmp_path / "merged", dtype=torch.float32, device=DEVICE)
+    merged = C.load_model(tmp_path / "merged", dtype=torch.float32, device=DEVICE)
     assert (logits(merged, ids) - want).abs().max() <= TOL
     assert (tmp_path / "merged" / "tokenizer.json").exists()
     L.merge_adapter(ours, "default")

@@ -5,8 +5,10 @@ import os
 import pytest
 import torch
 
+import checkpoint as C
 import model as M
 import tiny
+from conftest import generate  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
@@ -62,7 +64,7 @@ def save_hf(tmp_path, model_type, seed=0, **over):
             if n.endswith("expert_bias"):
                 b.copy_(0.1 * torch.randn_like(b))
     ref.save_pretrained(tmp_path)
-    return ref.to(DEVICE), M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    return ref.to(DEVICE), C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
 
 
 FAMILIES = ["lfm2", "lfm2_moe", "lfm3", "qwen3", "llama"]
@@ -85,7 +87,7 @@ def test_lfm3_gate_proj_name_on_disk_is_accepted(tmp_path):
     sd = load_file(tmp_path / "model.safetensors")
     sd = {k.replace(".self_attn.g_proj.", ".self_attn.gate_proj."): v for k, v in sd.items()}
     save_file(sd, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 9)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
@@ -141,7 +143,7 @@ def _tree_rows(vocab, g):
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_branches_equal_separate_runs(tmp_path, model_type):
     """A branch (a segment starting at p > 0) = root[:p] + branch run alone, in every family, on two rows."""
-    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(0))
     seg = M.find_segments(pos)
     assert seg.branched and seg.shared[:7] == [0, 20, 9, 8, 7, 2, 0] and seg.root[1:6] == [0] * 5
@@ -154,7 +156,7 @@ def test_branches_equal_separate_runs(tmp_path, model_type):
 
 
 def test_branch_backward_matches_separate(tmp_path):
-    ours = M.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(1))
     ours(ids.to(DEVICE), pos.to(DEVICE)).logsumexp(-1).sum().backward()
@@ -229,8 +231,8 @@ def test_cache_rows_at_different_lengths(tmp_path):
 def test_generate_is_seeded_and_logprobs_are_the_sampled_distribution(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2")
     prompt = [5, 6, 7, 8]
-    a = ours.generate(prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
-    b = ours.generate(prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    a = generate(ours, prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    b = generate(ours, prompt, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
     assert a == b and len(a[0]) == 8
     with torch.no_grad():
         logits = ours(torch.tensor([prompt + a[0]], device=DEVICE))[0, len(prompt) - 1:-1] / 0.7
@@ -247,20 +249,20 @@ def test_generate_is_seeded_and_logprobs_are_the_sampled_distribution(tmp_path):
 
 def test_unknown_model_type_is_refused_with_the_supported_list(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "hidden_size": 8}))
-    with pytest.raises(M.CheckpointError, match=r"gpt2.*lfm2, lfm2_moe, lfm3, llama, qwen3"):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match=r"gpt2.*lfm2, lfm2_moe, lfm3, llama, qwen3"):
+        C.load_model(tmp_path)
 
 
 def test_missing_weights_file_is_named(tmp_path):
     save_hf(tmp_path, "lfm2")
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(M.CheckpointError, match="no model.safetensors"):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match="no model.safetensors"):
+        C.load_model(tmp_path)
 
 
 def test_missing_config_is_named(tmp_path):
-    with pytest.raises(M.CheckpointError, match="no config.json"):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match="no config.json"):
+        C.load_model(tmp_path)
 
 
 def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
@@ -270,13 +272,13 @@ def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
     ref.to(DEVICE)
     shards = sorted(tmp_path.glob("model-*.safetensors"))
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
-    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 12)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
     shards[-1].unlink()
-    with pytest.raises(M.CheckpointError, match=shards[-1].name):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match=shards[-1].name):
+        C.load_model(tmp_path)
 
 
 def test_shape_mismatch_in_a_shard_names_tensor_and_file(tmp_path):
@@ -284,8 +286,8 @@ def test_shape_mismatch_in_a_shard_names_tensor_and_file(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["num_key_value_heads"] = 4     # k_proj/v_proj now disagree with the weights
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(M.CheckpointError, match=r"model.safetensors: tensor model\.layers\.\d+\.self_attn\.k_proj"):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match=r"model.safetensors: tensor model\.layers\.\d+\.self_attn\.k_proj"):
+        C.load_model(tmp_path)
 
 
 def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
@@ -293,8 +295,8 @@ def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["tie_word_embeddings"] = False
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(M.CheckpointError, match="missing tensors: lm_head.weight"):
-        M.load_model(tmp_path)
+    with pytest.raises(C.CheckpointError, match="missing tensors: lm_head.weight"):
+        C.load_model(tmp_path)
 
 
 def test_lfm2_legacy_config_keys(tmp_path):
@@ -306,7 +308,7 @@ def test_lfm2_legacy_config_keys(tmp_path):
     cfg["tie_embedding"] = cfg.pop("tie_word_embeddings")
     cfg["rope_theta"] = cfg.pop("rope_parameters")["rope_theta"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 10)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
@@ -321,17 +323,17 @@ def test_resolve_model_finds_a_hf_cache_snapshot(tmp_path, monkeypatch):
     (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs").mkdir()
     (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs" / "main").write_text("abc123")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert M.resolve_model("LFM3-1.7B") == snap
-    assert M.resolve_model("LiquidAI/LFM3-1.7B") == snap
+    assert C.resolve_model("LFM3-1.7B") == snap
+    assert C.resolve_model("LiquidAI/LFM3-1.7B") == snap
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert M.resolve_model("LFM3-1.7B") == snap
+    assert C.resolve_model("LFM3-1.7B") == snap
 
 
 def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(M.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
-        M.resolve_model("LFM3-1.7B")
+    with pytest.raises(C.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
+        C.resolve_model("LFM3-1.7B")
 
 
 # ----------------------------------------------------------------------------- tiny checkpoints
@@ -339,7 +341,7 @@ def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeyp
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_type):
     tiny.write_tiny_checkpoint(tmp_path, model_type, seed=1)
-    ours = M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).to(DEVICE).eval()
     ids = rand_ids(1, 19, high=ours.config.vocab_size)
     with torch.no_grad():
@@ -359,9 +361,9 @@ def test_tiny_checkpoint_chat_round_trip(tmp_path):
     """The tiny checkpoint's tokenizer, template and model work together: render, generate, decode."""
     from chat import ChatFormat
     tiny.write_tiny_checkpoint(tmp_path, "lfm3")
-    fmt, ours = ChatFormat.from_checkpoint(tmp_path), M.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    fmt, ours = ChatFormat.from_checkpoint(tmp_path), C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = fmt.render([{"role": "user", "content": "hi"}])
-    out, lps = ours.generate(ids, max_new_tokens=5, temperature=0, seed=0)
+    out, lps = generate(ours, ids, max_new_tokens=5, temperature=0, seed=0)
     assert len(out) == len(lps) and all(lp <= 0 for lp in lps)
     assert max(ids + out) < ours.config.vocab_size
     assert isinstance(fmt.decode(out), str)

@@ -18,7 +18,9 @@ import serve as S
 import servers as SV
 import tasks as T
 import tiny
+from train import SHARED
 
+NUMBERS = {k: SHARED[k] for k in ("max_tokens", "context")}    # the recipe's, from train.py's table
 SOLVE = "echo 42 > answer.txt"
 HACK = "echo 1 > /logs/verifier/reward.txt"
 
@@ -107,7 +109,7 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="aut
     harness = H.get_harness(harness_name)
     r = R.Rollout(task, harness_name, start_version=3)
     try:
-        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox)
+        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, **NUMBERS)
     finally:
         await proxy.stop()
         await client.close()
@@ -163,7 +165,7 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
     r = asyncio.run(one(tmp_path, name, up))
     assert r.flagged and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
     assert r.tool_calls == 2 and r.score == 1.0                          # solved, but flagged: reward 0
-    assert G.shaped_reward(r.score, r.tool_calls, r.flagged) == 0.0
+    assert G.shaped_reward(r.score, r.tool_calls, r.flagged, 0.1, 15) == 0.0
     note = r.verdicts[0]["note"]
     later = [m for q in up.requests[1:] for m in q["messages"] if m.get("role") == "assistant"]
     assert any(note in json.dumps(m.get("content")) for m in later), "the note did not reach the harness"
@@ -199,7 +201,8 @@ def test_streaming_harness_gets_sse_and_the_same_result(tmp_path, monkeypatch):
 
     def launch(*a, **kw):
         l = orig(*a, **kw)
-        l.argv = l.argv[:2] + ["mini", "--stream"] + l.argv[3:] if "mini" in l.argv[:3] else l.argv
+        assert l.argv[-2] == "--"              # mini.py ... -- PROMPT: the flag goes before the prompt
+        l.argv = l.argv[:-2] + ["--stream"] + l.argv[-2:]
         return l
     monkeypatch.setattr(harness, "launch", launch)
     r = asyncio.run(one(tmp_path, "mini", up))
@@ -255,7 +258,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         await proxy.start()
         it = iter(task_list)
         pool = R.RolloutPool(H.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
-                             max_sessions=48, group_size=8, rollouts_dir=tmp_path / "rollouts")
+                             max_sessions=48, group_size=8, rollouts_dir=tmp_path / "rollouts", **NUMBERS)
         pool.start()
         groups = [await asyncio.wait_for(pool.groups.get(), 120) for _ in range(6)]
         peak = pool.running
@@ -349,7 +352,6 @@ def _alive(marker):
 async def _probe_run(tmp, sandbox, systmp):
     """Two victims (they do nothing: score 0) and a probe (guard off), concurrently, through real proxies,
     mini harness processes and verifiers, next to a real embedded server with its key."""
-    import model as M
     ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2")
     server = S.start_local(ckpt, port=0, name="policy", max_model_len=512)
     task = make_task(tmp / "tasks")
@@ -369,9 +371,10 @@ async def _probe_run(tmp, sandbox, systmp):
         harness = H.get_harness("mini")
         victims = [R.Rollout(task, "mini", index=i) for i in range(2)]
         probe = R.Rollout(probe_task, "mini", index=2)
-        await asyncio.gather(*(R.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True)
+        await asyncio.gather(*(R.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True, **NUMBERS)
                                for v in victims),
-                             R.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True))
+                             R.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True,
+                                           **NUMBERS))
         await asyncio.sleep(1.0)
         alive = _alive(marker) or _alive(f"{marker}-verifier")
         adapters = dict(server.server.engine.adapters)
@@ -474,7 +477,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
         r = R.Rollout(task, name)
         up.calls = cheat_calls(task.path, box / r.id / "work")
         try:
-            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True)
+            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True, **NUMBERS)
         finally:
             await proxy.stop()
             await proxy.client.close()
@@ -486,7 +489,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     assert rules == ["answer-lookup"] * 3 + ["test-editing"], r.verdicts
     assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
     assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
-    assert G.shaped_reward(r.score, r.tool_calls, r.flagged) == 0.0
+    assert G.shaped_reward(r.score, r.tool_calls, r.flagged, 0.1, 15) == 0.0
 
 
 def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, monkeypatch):
@@ -543,7 +546,8 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
         await proxy.start()
         r = R.Rollout(make_task(tmp_path / "tasks"), "mini")
         try:
-            await R.run_rollout(r, H.get_harness("mini"), proxy, tmp_path / "sb", timeout=4, sandbox="bwrap", keep=True)
+            await R.run_rollout(r, H.get_harness("mini"), proxy, tmp_path / "sb", timeout=4, sandbox="bwrap", keep=True,
+                                **NUMBERS)
         finally:
             await proxy.stop()
             await proxy.client.close()

@@ -11,13 +11,14 @@ import aiohttp
 import pytest
 import torch
 
+import checkpoint as C
+import grpo as G
 import lora as L
-import model as M
 import serve as S
 import servers as SV
 import tiny
 from chat import ChatFormat
-from conftest import free_port, train_scripted_adapter
+from conftest import free_port, generate, train_scripted_adapter
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -32,8 +33,8 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2", seed=0)
     scripted = train_scripted_adapter(ckpt, ASK, CALL, tmp / "scripted", tools=TOOLS)
-    ref = M.load_model(ckpt, dtype=torch.float32, device="cpu")
-    L.add_lora(ref, rank=4, adapters=("rand",), seed=1)
+    ref = C.load_model(ckpt, dtype=torch.float32, device="cpu")
+    L.add_lora(ref, rank=4, alpha=32, adapters=("rand",), seed=1)
     with torch.no_grad():
         for p in L.lora_parameters(ref, "rand"):
             p.normal_(0, 0.2)
@@ -148,7 +149,7 @@ def test_completions_take_token_ids(env):
     c = r["choices"][0]
     assert status == 200 and c["prompt_token_ids"] == prompt and len(c["token_ids"]) == 5
     L.set_adapter(env["ref"], None)
-    greedy, _ = env["ref"].generate(prompt, max_new_tokens=5, temperature=0)
+    greedy, _ = generate(env["ref"], prompt, max_new_tokens=5, temperature=0)
     assert c["token_ids"] == greedy
 
 
@@ -339,7 +340,7 @@ def fake_vllm(tmp_path, monkeypatch):
 
 def test_vllm_command_has_the_documented_flags(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    cmd, env = SV.vllm_command(ckpt, 8123, rank=32, trainers=3, max_staleness=4)
+    cmd, env = SV.vllm_command(ckpt, 8123, rank=32, max_loras=3 * G.live_versions(4))   # 3 trainers
     assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
     assert "--enable-lora" in cmd and "--enable-auto-tool-choice" in cmd
@@ -432,8 +433,8 @@ def test_a_tiny_temperature_is_greedy_not_a_dead_engine(env):
 def test_a_diverged_adapter_fails_its_requests_not_the_server(env, tmp_path):
     """NaN weights (a diverged adapter in training) at temperature > 0: that request gets a clear error, and
     the base and other adapters keep answering."""
-    m = M.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
-    L.add_lora(m, rank=4, adapters=("nan",), seed=0)
+    m = C.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
+    L.add_lora(m, rank=4, alpha=32, adapters=("nan",), seed=0)
     with torch.no_grad():
         for p in L.lora_parameters(m, "nan"):
             p.fill_(float("nan"))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import lora as L
+import rundir as RD
 import tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,26 +104,26 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
 
 
 def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
-    import model as M
+    import checkpoint as C
     import train as T
-    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"], None)
     for step in (1, 2):
         tr.step = step
         T.save_checkpoint(tmp_path, [tr])
-    assert T.read_checkpoint(tmp_path, ["mini"])[1] == "checkpoint"
+    assert RD.read_checkpoint(tmp_path, ["mini"])[1] == "checkpoint"
     (tmp_path / "checkpoint" / "state.pt").write_bytes(b"")                 # empty: an EOFError traceback before
-    st, where = T.read_checkpoint(tmp_path, ["mini"])
+    st, where = RD.read_checkpoint(tmp_path, ["mini"])
     assert where == "checkpoint.prev" and st["trainers"]["mini"]["step"] == 1
     with open(tmp_path / "checkpoint.prev" / "state.pt", "r+b") as f:      # truncated as well
         f.truncate(1000)
-    with pytest.raises(T.ResumeError, match="no usable checkpoint.*checkpoint/state.pt.*checkpoint.prev/state.pt"):
-        T.read_checkpoint(tmp_path, ["mini"])
-    with pytest.raises(T.ResumeError, match="no state for trainer other"):
+    with pytest.raises(RD.ResumeError, match="no usable checkpoint.*checkpoint/state.pt.*checkpoint.prev/state.pt"):
+        RD.read_checkpoint(tmp_path, ["mini"])
+    with pytest.raises(RD.ResumeError, match="no state for trainer other"):
         tr.step = 3
         T.save_checkpoint(tmp_path, [tr])
-        T.read_checkpoint(tmp_path, ["other"])
+        RD.read_checkpoint(tmp_path, ["other"])
 
 
 @pytest.mark.parametrize("flags,needle", [
@@ -139,11 +140,11 @@ def test_every_numeric_flag_is_checked_up_front(flags, needle):
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
-    import model as M
+    import checkpoint as C
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
     tiny.write_tiny_checkpoint(ckpt, "lfm3")
-    m = M.load_model(ckpt, device="cpu")
-    L.add_lora(m, rank=4, adapters=("a", "b"), seed=0)
+    m = C.load_model(ckpt, device="cpu")
+    L.add_lora(m, rank=4, alpha=32, adapters=("a", "b"), seed=0)
     a = L.save_adapter(m, tmp_path / "ad-a", "a")
     b = L.save_adapter(m, tmp_path / "ad-b", "b")
     out = tmp_path / "eval"
@@ -180,9 +181,9 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     """Each trainer saves from its own worker thread; saves that overlap must not race on the temp dir."""
     import threading
 
-    import model as M
+    import checkpoint as C
     import train as T
-    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"], None) for spec in ("mini", "mini:b")]
     errors = []
@@ -205,7 +206,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     steps = {t.name: t.step for t in trainers}
     for t in trainers:
         t.step = 0
-    T.restore_checkpoint(T.read_checkpoint(tmp_path, [t.name for t in trainers])[0], trainers)
+    T.restore_checkpoint(RD.read_checkpoint(tmp_path, [t.name for t in trainers])[0], trainers)
     assert {t.name: t.step for t in trainers} == steps      # the last save holds the newest steps
 
 
@@ -216,14 +217,14 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     import asyncio
     import random
 
-    import model as M
+    import checkpoint as C
     import rollout as R
     import serve as S
     import servers as SV
     import train as TR
 
     path = tiny.write_tiny_checkpoint(tmp_path / "tiny")
-    model = M.load_model(path)
+    model = C.load_model(path)
     handle = S.start_local(path, model=model, name="tiny", max_model_len=2048)
     srv = handle.server
     cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", max_staleness=1)
@@ -354,9 +355,9 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     import torch
 
     import grpo as G
-    import model as M
+    import checkpoint as C
     import train as TR
-    m = M.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", beta=0.5)
     tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"], None)
     g = torch.Generator().manual_seed(0)

@@ -1,0 +1,120 @@
+"""A run's folder on disk: its checkpoints, its metrics lines, the progress line and the end-of-run summary.
+
+    runs/<run>/config.json        the effective config (train.py writes it)
+    runs/<run>/metrics.jsonl      one line per trainer step (append_metrics; progress() prints it)
+    runs/<run>/checkpoint/        state.pt: adapters, optimizers, steps, versions, cursors, RNG (two kept)
+    runs/<run>/adapters/<name>/   every published adapter version, PEFT format (train.py, lora.py)
+    runs/<run>/rollouts/          ATIF trajectories (rollout.py)
+
+Left out: what goes into a checkpoint and when (train.py), remote storage, pruning old adapters.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+import checkpoint as C
+
+
+CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
+
+
+def write_checkpoint(run_dir, state):
+    """state (trainers' adapters, optimizers, steps; RNG) as run_dir/checkpoint/state.pt. The last two are
+    kept: a checkpoint that turns out unreadable leaves the one before it; a kill at any point leaves a
+    whole one among CHECKPOINTS (the new one is renamed into place only once written)."""
+    final, tmp, prev = (Path(run_dir) / d for d in CHECKPOINTS)
+    with C.atomic_dir(final, replace=True, keep=prev, tmp=tmp) as d:
+        torch.save(state, d / "state.pt")
+
+
+class ResumeError(Exception):
+    """--resume cannot go on (no usable checkpoint, a finished or clashing run): the message says why."""
+
+
+def read_checkpoint(run_dir, names):
+    """(state, its dir): the newest checkpoint of CHECKPOINTS that loads and holds every trainer of the run.
+    Raises ResumeError saying why each one failed; nothing is changed on disk."""
+    why = []
+    for d in CHECKPOINTS:
+        f = run_dir / d / "state.pt"
+        if not f.exists():
+            continue
+        try:
+            st = torch.load(f, weights_only=False)
+            missing = [n for n in names if n not in st["trainers"]]
+            if missing:
+                raise ValueError(f"no state for trainer {', '.join(missing)}")
+            return st, d
+        except Exception as e:          # truncated, empty, not a checkpoint: try the one before
+            why.append(f"{f}: {type(e).__name__}: {str(e)[:200]}")
+    raise ResumeError(f"--resume {run_dir}: no usable checkpoint; nothing was changed. " +
+                      ("; ".join(why) if why else f"none of {', '.join(CHECKPOINTS)} has a state.pt"))
+
+
+def trim_metrics(path, last):
+    """After a kill: keep only complete lines up to each harness's checkpointed step (last: name -> step).
+    Returns how many lines were dropped."""
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines()
+    keep = []
+    for line in lines:
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if m.get("step", 0) <= last.get(m.get("harness"), 0):
+            keep.append(line)
+    path.write_text("".join(x + "\n" for x in keep))
+    return len(lines) - len(keep)
+
+
+def progress(m):
+    """The step's one line. ungraded (by why), stale = rollouts dropped for staleness; w = mean importance
+    weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
+    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
+    f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
+    why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
+    shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
+    return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
+            f"| tools {f(m['tool_calls'], '{:.1f}')} blocks {m['guard_blocks']} stale {m['dropped_stale']} "
+            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
+            f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
+            f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
+            f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
+            f"| in flight {m['in_flight']}")
+
+
+def append_metrics(run_dir, m):
+    with open(Path(run_dir) / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(m) + "\n")
+
+
+def summary(run_dir, trainers, seconds):
+    """The end-of-run lines: per trainer (name -> (steps, its last adapter's folder)), the reward curve (first
+    vs last quarter of steps), pass rate, rollouts lost, and how much of the trained tokens' gradient was cut."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
+        if (run_dir / "metrics.jsonl").exists() else []
+    print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
+    for name, (steps, adapter) in trainers.items():
+        ms = [m for m in lines if m["harness"] == name]
+        rs = [m["reward"] for m in ms if m["reward"] is not None]
+        k = max(1, len(rs) // 4)
+        first, last = (sum(rs[:k]) / k, sum(rs[-k:]) / k) if rs else (0.0, 0.0)
+        lost = sum(m.get("ungraded_by", {}).get("server", 0) for m in ms)
+        cut = mean_or_none([m.get("clip_frac") for m in ms if m["step"] >= 2])
+        ps = [m["pass_rate"] for m in ms if m["pass_rate"] is not None]
+        print(f"  {name}: {steps} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
+              f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {mean_or_none(ps[:k]) or 0:.0%} -> "
+              f"{mean_or_none(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
+              f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
+        print(f"    adapter {adapter}")
+    print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, checkpoint {run_dir / 'checkpoint'}")
+
+
+def mean_or_none(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
