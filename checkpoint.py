@@ -201,16 +201,23 @@ def _rope_params(d, mt, layer_types, source):
     return out
 
 
-def read_config(path: Path) -> M.Config:
-    f = Path(path) / "config.json"
+def read_json(f, error=CheckpointError, expected="a Hugging Face checkpoint directory") -> dict:
+    """A folder's JSON config file (config.json, adapter_config.json) as a dict, or `error` naming the file."""
+    f = Path(f)
     if not f.is_file():
-        raise CheckpointError(f"{path}: no config.json (expected a Hugging Face checkpoint directory)")
+        raise error(f"{f.parent}: no {f.name} (expected {expected})")
     try:
         d = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{f}: invalid JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{f}: invalid JSON: {e}") from None
     if not isinstance(d, dict):
-        raise CheckpointError(f"{f}: expected a JSON object")
+        raise error(f"{f}: expected a JSON object")
+    return d
+
+
+def read_config(path: Path) -> M.Config:
+    f = Path(path) / "config.json"
+    d = read_json(f)
     if "text_config" in d and "model_type" in d.get("text_config", {}):   # a VL wrapper: take its language model
         d = d["text_config"]
     return parse_config(d, str(f))

@@ -89,7 +89,7 @@ def report(results, base):
     return out
 
 
-def bars(title, rows, fmt="{:.2f}", lo_hi=None, width=560):
+def bars(title, rows, fmt="{:.2f}", width=560):
     """A horizontal bar chart as inline SVG; rows: [(label, value, (lo, hi) or None)]."""
     vmax = max([v for _, v, _ in rows if v is not None] + [hi for *_, ci in rows if ci for hi in [ci[1]]] + [1e-9])
     h, y, parts = 26 * len(rows) + 30, 24, [f'<text x="0" y="14" font-weight="bold">{html.escape(title)}</text>']
@@ -134,7 +134,8 @@ def _f(v, fmt="{:.2f}"):
 
 
 async def evaluate(args):
-    cfg = {**recipe_config(args.model, args.recipe, "eval.py"), **{k: v for k, v in vars(args).items() if v is not None}}
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    cfg = {**recipe_config(args.model, args.recipe, "eval.py"), **given}
     validate(cfg, "eval.py")
     path = model_path(args.model, args.seed)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -225,14 +226,14 @@ def main(argv=None):
     ap.add_argument("--recipe", help="train.py's recipe row for the numbers below when --model is a path "
                                      "(default: the model's own row, else LFM3-1.7B)")
     ap.add_argument("--harness", default="pi", help="pi, opencode, hermes or mini (default: %(default)s)")
-    ap.add_argument("--adapters", nargs="*", default=[], help="PEFT adapter folders to compare with the base")
+    ap.add_argument("--adapters", nargs="*", default=[], help="PEFT adapter folders to compare with the base (default: none, the base alone)")
     ap.add_argument("--suite", default="all", help="task suite under data/ or a folder (default: %(default)s)")
     ap.add_argument("--split", default="eval", choices=["eval", "train", "all"],
                     help="the held-out tasks (default), the training ones, or all")
     ap.add_argument("--samples", type=int, default=1, help="rollouts per task and model (default: %(default)s)")
     ap.add_argument("--sessions", type=int, help=f"concurrent sessions, split evenly over the models {recipe}")
     ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
-    ap.add_argument("--guard", default="on", choices=["on", "off"], help="off: the ablation, calls not checked")
+    ap.add_argument("--guard", default="on", choices=["on", "off"], help="off: the ablation, calls not checked (default: on)")
     ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py (default: %(default)s)")
     ap.add_argument("--temperature", type=float, help=f"sampling temperature {recipe}")
     ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")

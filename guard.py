@@ -384,11 +384,12 @@ def main(argv=None):
     import pathlib
     import tomllib
     ap = argparse.ArgumentParser(description="Re-check saved ATIF trajectories with the guard.")
-    ap.add_argument("cmd", choices=["scan"])
+    ap.add_argument("cmd", choices=["scan"], help="scan: judge every tool call again and count blocks per rule")
     ap.add_argument("path", help="an ATIF .json file or a directory of them (searched recursively)")
     ap.add_argument("--task", help="a task.toml whose [guard] table applies")
     ap.add_argument("--allow-rules", default="", help="comma-separated rule ids to switch off")
-    ap.add_argument("--proxy-host", default=None)
+    ap.add_argument("--proxy-host", default=None,
+                    help="the proxy's host:port, allowed as the model's own endpoint (default: none)")
     a = ap.parse_args(argv)
     section = tomllib.loads(pathlib.Path(a.task).read_text()).get("guard", {}) if a.task else {}
     section["allow_rules"] = list(section.get("allow_rules", [])) + [r for r in a.allow_rules.split(",") if r]

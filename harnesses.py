@@ -2,14 +2,15 @@
 (the small built-in agent, the separate program mini.py). Facts behind every setting: shared/harnesses.md.
 
 Per harness (`HARNESSES[name]`, one instance each):
-- `install()` puts the pinned release into a cache directory once ($HARNESS_RL_CACHE/<name>-<version>, default
+- `install()` puts the pinned release into a cache directory once ($HARNESS_RL_CACHE/<name>-<release>, default
   ~/.cache/harness-rl/harnesses/...): npm for pi and opencode, its own venv for hermes. A file lock makes
   concurrent callers wait for one install; a marker file written last makes it idempotent.
 - `prepare()` writes the per-rollout config into HOME (the caller made home, work and tmp): the proxy's base URL
   (rollout id in its path), the per-rollout secret as API key, max_tokens and context (required: train.py's
   numbers), and every offline / quiet setting (no telemetry, update checks, lazy installs, plugin installs, title
   requests, context files from parent directories; retries: pi none, hermes 1, opencode's fixed 5 can't be set).
-- `launch()` returns the one-shot command (the binary install() put in place: call install() once first) and
+- `launch()` returns the one-shot command (the binary install() put in place: call install() once first; the
+  model name as given to prepare(); nothing is read back from the config prepare() wrote) and
   its COMPLETE environment, built from a minimal base (PATH, LANG, HOME, TMPDIR + the harness's own
   variables): nothing of the caller's, such as API keys, leaks in. The caller runs it with cwd = work dir.
 - `succeeded()` is the harness's own verdict: the exit code; hermes exits 0 when the API fails, so there
@@ -93,13 +94,13 @@ def _size(path: Path) -> int:
 
 class Harness:
     """What every harness shares: the cached install, the minimal environment, exit-code success."""
-    name = version = package = ""
+    name = release = package = ""   # release: the pinned version of the harness package
 
     def __init__(self):
         self.root = None         # the install directory, once install() ran (else the default location)
 
     def install_dir(self, cache_dir=None) -> Path:
-        return Path(cache_dir or default_cache()) / f"{self.name}-{self.version}"
+        return Path(cache_dir or default_cache()) / f"{self.name}-{self.release}"
 
     def install(self, cache_dir=None, quiet=False) -> Path:
         root = self.install_dir(cache_dir)
@@ -118,7 +119,7 @@ class Harness:
         if root.exists():
             shutil.rmtree(root)                          # an earlier attempt that did not finish
         root.mkdir(parents=True)
-        say(f"installing {self.name} ({self.package}=={self.version}) into {root} ...")
+        say(f"installing {self.name} ({self.package}=={self.release}) into {root} ...")
         t0 = time.time()
         for argv in commands:
             say("  $ " + " ".join(map(str, argv)))
@@ -132,9 +133,9 @@ class Harness:
                                    f"{p.returncode}; last lines of its output:\n{_tail(p.stdout + p.stderr)}")
         if not self.binary(root).exists():
             raise InstallError(f"installing {self.name}: {self.binary(root)} is missing after the install")
-        (root / MARKER).write_text(json.dumps({"package": self.package, "version": self.version,
+        (root / MARKER).write_text(json.dumps({"package": self.package, "version": self.release,
                                                "installed_at": time.time()}) + "\n")
-        say(f"installed {self.name} {self.version} in {time.time() - t0:.0f} s, {_size(root) / 1e6:.0f} MB")
+        say(f"installed {self.name} {self.release} in {time.time() - t0:.0f} s, {_size(root) / 1e6:.0f} MB")
 
     def install_commands(self, root: Path) -> list:
         raise NotImplementedError
@@ -157,7 +158,7 @@ class Harness:
         return returncode == 0, f"exit code {returncode}"
 
     def __repr__(self):
-        return f"<harness {self.name} {self.version}>"
+        return f"<harness {self.name} {self.release}>"
 
 
 def _npm_install(package: str, version: str, root: Path, node_min=None) -> list:
@@ -189,10 +190,10 @@ def _find_python(lo=(3, 11), hi=(3, 14)) -> str:
 # ----------------------------------------------------------------------------- pi
 
 class Pi(Harness):
-    name, version, package = "pi", "0.73.1", "@mariozechner/pi-coding-agent"
+    name, release, package = "pi", "0.73.1", "@mariozechner/pi-coding-agent"
 
     def install_commands(self, root):
-        return _npm_install(self.package, self.version, root, node_min=(20, 6))
+        return _npm_install(self.package, self.release, root, node_min=(20, 6))
 
     def binary(self, root):
         return root / "node_modules" / ".bin" / "pi"
@@ -209,9 +210,7 @@ class Pi(Harness):
                                               "retry": {"enabled": False, "provider": {"maxRetries": 0}},
                                               "compaction": {"reserveTokens": min(16384, context // 4)}})
 
-    def launch(self, prompt, home, work, tmp, rollout_id):
-        config = json.loads((Path(home) / ".pi" / "agent" / "models.json").read_text())
-        model = config["providers"][PROVIDER]["models"][0]["id"]
+    def launch(self, prompt, home, work, tmp, rollout_id, model):
         argv = [self.bin(), "-p", "--provider", PROVIDER, "--model", model, "--no-extensions", "--no-skills",
                 "--no-prompt-templates", "--no-themes", "--no-context-files", _safe_prompt(prompt)]
         return Launch(argv, self.env(home, tmp, PI_OFFLINE=1, PI_SKIP_VERSION_CHECK=1), None)
@@ -222,11 +221,11 @@ class Pi(Harness):
 class OpenCode(Harness):
     """A failed request is retried 5 times (backoff 2, 4, 8, 16, 32 s) whatever the config, for 5xx and any
     error text matching its "server error" patterns; a `retry-after-ms` header sets the delay instead."""
-    name, version, package = "opencode", "1.18.33", "opencode-ai"
+    name, release, package = "opencode", "1.18.33", "opencode-ai"
     PLUGIN = {"@opencode-ai/plugin": "*"}   # pre-seeded so that it does not npm-install it on a fresh HOME
 
     def install_commands(self, root):
-        return _npm_install(self.package, self.version, root)
+        return _npm_install(self.package, self.release, root)
 
     def binary(self, root):
         return root / "node_modules" / ".bin" / "opencode"
@@ -250,9 +249,8 @@ class OpenCode(Harness):
             subprocess.run([git, "-c", "init.defaultBranch=main", "init", "-q", str(work)], check=True,
                            env=self.env(home, tmp), capture_output=True)
 
-    def launch(self, prompt, home, work, tmp, rollout_id):
-        model = json.loads((Path(home) / ".config" / "opencode" / "opencode.json").read_text())["model"]
-        argv = [self.bin(), "run", "--model", model, "--title", rollout_id]
+    def launch(self, prompt, home, work, tmp, rollout_id, model):
+        argv = [self.bin(), "run", "--model", f"{PROVIDER}/{model}", "--title", rollout_id]
         env = self.env(home, tmp, OPENCODE_DISABLE_MODELS_FETCH=1, OPENCODE_DISABLE_AUTOUPDATE=1,
                        OPENCODE_DISABLE_LSP_DOWNLOAD=1)
         return Launch(argv, env, prompt.encode())
@@ -261,7 +259,7 @@ class OpenCode(Harness):
 # ----------------------------------------------------------------------------- hermes
 
 class Hermes(Harness):
-    name, version, package = "hermes", "0.19.0", "hermes-agent"
+    name, release, package = "hermes", "0.19.0", "hermes-agent"
     USAGE = "hermes-usage.json"      # in the sandbox tmp
     MIN_CONTEXT = 64000              # hermes refuses a smaller context_length
 
@@ -269,7 +267,7 @@ class Hermes(Harness):
         python = _find_python()
         return [[python, "-m", "venv", root / "venv"],
                 [root / "venv" / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
-                 "--no-input", f"{self.package}=={self.version}"]]
+                 "--no-input", f"{self.package}=={self.release}"]]
 
     def binary(self, root):
         return root / "venv" / "bin" / "hermes"
@@ -292,7 +290,7 @@ class Hermes(Harness):
             "security": {"allow_lazy_installs": False},
             "agent": {"api_max_retries": 1}}))
 
-    def launch(self, prompt, home, work, tmp, rollout_id):
+    def launch(self, prompt, home, work, tmp, rollout_id, model):
         argv = [self.bin(), "-z", _safe_prompt(prompt), "--usage-file", str(Path(tmp) / self.USAGE)]
         env = self.env(home, tmp, HERMES_HOME=Path(home) / ".hermes", HERMES_DISABLE_LAZY_INSTALLS=1)
         return Launch(argv, env, None)
@@ -316,7 +314,7 @@ class Hermes(Harness):
 
 class Mini(Harness):
     """The built-in agent mini.py, run as a subprocess like any other harness: nothing to install (stdlib only)."""
-    name, version, package = "mini", "1", "mini.py"
+    name, release, package = "mini", "1", "mini.py"
     FILE = Path(__file__).resolve().parent / "mini.py"
 
     def install(self, cache_dir=None, quiet=False):
@@ -332,7 +330,7 @@ class Mini(Harness):
         _write_json(Path(home) / ".mini" / "config.json", {"base_url": base_url, "api_key": api_key, "model": model,
                                                            "max_tokens": max_tokens})   # no context management
 
-    def launch(self, prompt, home, work, tmp, rollout_id):
+    def launch(self, prompt, home, work, tmp, rollout_id, model):
         # mini reads $HOME/.mini/config.json itself: the key is on no (world-readable) command line and in no
         # environment the tools it runs could inherit
         return Launch([sys.executable, str(self.FILE), "--", prompt], self.env(home, tmp, PYTHONUNBUFFERED=1))
@@ -356,7 +354,7 @@ def main(argv=None) -> int:
     i.add_argument("names", nargs="*", default=["pi", "opencode", "hermes"], metavar="NAME",
                    help="pi, opencode, hermes (default: all three)")
     i.add_argument("--cache-dir", default=None, help="default: $HARNESS_RL_CACHE or ~/.cache/harness-rl/harnesses")
-    i.add_argument("--quiet", action="store_true")
+    i.add_argument("--quiet", action="store_true", help="no progress lines (default: print them)")
     args = ap.parse_args(argv)
     for name in args.names:
         try:
@@ -365,7 +363,7 @@ def main(argv=None) -> int:
         except (ValueError, InstallError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        print(f"{h.name} {h.version}: {h.binary(root)}")
+        print(f"{h.name} {h.release}: {h.binary(root)}")
     return 0
 
 

@@ -289,12 +289,7 @@ def read_adapter(dir) -> tuple:
 
     dir = Path(dir)
     cf = dir / "adapter_config.json"
-    if not cf.is_file():
-        raise AdapterError(f"{dir}: no adapter_config.json (expected a PEFT LoRA adapter directory)")
-    try:
-        cfg = json.loads(cf.read_text())
-    except json.JSONDecodeError as e:
-        raise AdapterError(f"{cf}: invalid JSON: {e}") from None
+    cfg = C.read_json(cf, AdapterError, "a PEFT LoRA adapter directory")
     for key, ok, want in (("peft_type", lambda v: v in ("LORA", None), "LORA"),
                           ("bias", lambda v: v in ("none", None), "none"),
                           ("use_dora", lambda v: not v, "false"),

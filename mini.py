@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, help=f"default {MAX_TURNS}")
     ap.add_argument("--timeout", type=float, help="seconds per request (default 600)")
     ap.add_argument("--stream", action="store_true", default=None, help="ask for SSE chunks")
-    ap.add_argument("prompt")
+    ap.add_argument("prompt", help="the task, as the user's first message")
     args = ap.parse_args(argv)
     path = Path(args.config or Path.home() / ".mini" / "config.json")
     try:        # a missing default config is fine (flags only); a missing --config is not

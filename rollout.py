@@ -165,7 +165,7 @@ class Proxy:
                  if isinstance(v, int) and not isinstance(v, bool) and v > 0]
         limits = asked[:1] + [self.sampling["max_tokens"]] if "max_tokens" in self.sampling else asked[:1]
         req = {"model": name, "messages": messages, "stream": False, "logprobs": True, "top_logprobs": 0,
-               "return_token_ids": True, **{k: self.sampling[k] for k in ("temperature", "top_p") if k in self.sampling}}
+               "return_token_ids": True, **{k: v for k, v in self.sampling.items() if k in ("temperature", "top_p")}}
         if limits:
             req["max_tokens"] = min(limits)
         if tools:
@@ -292,9 +292,10 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(T.materialize, r.task, work)
+        # the model name the harness is told; whatever it sends, the proxy asks the server for the adapter
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, "policy", max_tokens=max_tokens,
                         context=context)
-        launch = harness.launch(r.task.instruction, home, work, tmp, r.id)
+        launch = harness.launch(r.task.instruction, home, work, tmp, r.id, "policy")
         argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
@@ -365,7 +366,7 @@ def _tail(path, n=400):
 
 # ----------------------------------------------------------------------------- ATIF
 
-def to_atif(r: Rollout, harness_version="", model_name="policy") -> dict:
+def to_atif(r: Rollout, harness_release="", model_name="policy") -> dict:
     """The rollout as an ATIF v1.8 trajectory: the conversation the model saw, each model turn with its
     token ids and logprobs in metrics, tool results as observations; reward and verdicts in `extra`."""
     steps = []
@@ -392,7 +393,7 @@ def to_atif(r: Rollout, harness_version="", model_name="policy") -> dict:
             step["observation"] = {"results": results}
         steps.append(step)
     return {"schema_version": "ATIF-v1.8", "session_id": r.id,
-            "agent": {"name": r.harness, "version": harness_version or "unknown", "model_name": model_name,
+            "agent": {"name": r.harness, "version": harness_release or "unknown", "model_name": model_name,
                       "tool_definitions": r.tools or []},
             "steps": steps,
             "final_metrics": {"total_prompt_tokens": sum(len(t.prompt_ids) for t in r.turns),
@@ -493,7 +494,7 @@ class RolloutPool:
         if self.rollouts_dir:
             out = Path(self.rollouts_dir) / f"{self.served():05d}" / f"{r.id}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(to_atif(r, self.harness.version), indent=1))
+            out.write_text(json.dumps(to_atif(r, self.harness.release), indent=1))
 
     async def next_group(self, stop, stall_timeout):
         """The next finished group, or None once `stop` is set. Raises StallError, saying why, when no graded

@@ -112,7 +112,8 @@ def summary(run_dir, trainers, seconds):
               f"{mean_or_none(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
               f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
         print(f"    adapter {adapter}")
-    print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, checkpoint {run_dir / 'checkpoint'}")
+    print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, "
+          f"checkpoint {run_dir / 'checkpoint'}")
 
 
 def mean_or_none(xs):

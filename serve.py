@@ -386,11 +386,12 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
 def main():
     ap = argparse.ArgumentParser(description="The embedded multi-LoRA server (vLLM's OpenAI-compatible API).")
     ap.add_argument("--model", required=True, help="checkpoint directory, HF repo id, or a known model name")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--max-batch", type=int, default=64)
-    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
+    ap.add_argument("--host", default="127.0.0.1", help="(default: %(default)s, this machine only)")
+    ap.add_argument("--served-model-name", default=None, help="the base model's name in requests (default: --model)")
+    ap.add_argument("--max-batch", type=int, default=64, help="sequences decoded together (default: %(default)s)")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length (default: the checkpoint's max_position_embeddings)")
     ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH", help="adapter to load at start")
     ap.add_argument("--api-key", default=os.environ.get("HARNESS_RL_API_KEY"),
                     help="require `Authorization: Bearer KEY` on every route but /health (default: "

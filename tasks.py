@@ -556,13 +556,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Harbor-layout tasks: run the six checks, show the holdout split.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
-    c.add_argument("dir")
-    c.add_argument("-j", "--workers", type=int, default=None)
+    c.add_argument("dir", help="a task folder or a folder of them (e.g. data/)")
+    c.add_argument("-j", "--workers", type=int, default=None,
+                   help="tasks checked at once (default: twice the CPU count)")
     c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
     s = sub.add_parser("split", help="print the holdout manifest of the tasks under DIR")
-    s.add_argument("dir")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("dir", help="a folder of tasks (e.g. data/)")
+    s.add_argument("--seed", type=int, default=0, help="the split's seed, as train.py --seed (default: %(default)s)")
     args = ap.parse_args(argv)
     if args.cmd == "split":
         print(json.dumps(split_manifest(load_tasks(args.dir), args.seed), indent=1))

@@ -112,7 +112,7 @@ async def first_request(name, sandbox="dir"):
         proxy.register(r, work)
         # measured up to the first request: max_tokens and context do not matter here
         harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy", max_tokens=256, context=8192)
-        launch = harness.launch("List the files.", home, work, t, r.id)
+        launch = harness.launch("List the files.", home, work, t, r.id, "policy")
         argv = launch.argv
         if sandbox == "bwrap":
             SB.own(work, home, t)

@@ -67,7 +67,7 @@ def test_launch_env_is_minimal_and_leaks_nothing_of_the_caller(name, sandbox, mo
     for k, v in LEAKS.items():
         monkeypatch.setenv(k, v)
     h = prepared(name, sandbox)
-    env = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID).env
+    env = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL).env
     assert env["HOME"] == str(sandbox["home"]) and env["TMPDIR"] == str(sandbox["tmp"])
     assert env["PATH"] == os.environ["PATH"] and env["LANG"]
     assert all(env.get(k) != v for k, v in LEAKS.items()) and not any("leaked" in v for v in env.values())
@@ -88,7 +88,7 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
     h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], BASE, SECRET, MODEL, max_tokens=1234, context=8192)
     assert json.loads((agent / "settings.json").read_text())["compaction"] == {"reserveTokens": 2048}
     assert (agent / "models.json").stat().st_mode & 0o077 == 0          # the secret is not world-readable
-    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
+    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[0].endswith("node_modules/.bin/pi") and launch.argv[-1] == PROMPT
     assert launch.argv[1:6] == ["-p", "--provider", H.PROVIDER, "--model", MODEL]
     assert {"--no-extensions", "--no-skills", "--no-prompt-templates", "--no-themes", "--no-context-files"} <= set(
@@ -110,7 +110,7 @@ def test_opencode_writes_config_preseeds_the_plugin_and_makes_work_a_git_repo(sa
     assert json.loads((cfg / "package-lock.json").read_text()) == {
         "lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
     assert (cfg / "node_modules").is_dir() and (sandbox["work"] / ".git").is_dir()
-    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
+    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[1:] == ["run", "--model", f"{H.PROVIDER}/{MODEL}", "--title", RID]
     assert launch.stdin == PROMPT.encode()                           # as an argument it would arrive quoted
     assert {k: launch.env[k] for k in launch.env if k.startswith("OPENCODE_")} == {
@@ -131,7 +131,7 @@ def test_hermes_writes_a_yaml_config_hermes_accepts(sandbox):
     assert c == {"model": {"provider": H.PROVIDER, "default": MODEL, "context_length": 131072, "max_tokens": 1234},
                  "providers": {H.PROVIDER: {"base_url": BASE, "api_key": SECRET}},
                  "security": {"allow_lazy_installs": False}, "agent": {"api_max_retries": 1}}
-    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
+    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[0].endswith("venv/bin/hermes") and "--version" not in launch.argv
     assert launch.argv[1:] == ["-z", PROMPT, "--usage-file", str(sandbox["tmp"] / "hermes-usage.json")]
     assert launch.env["HERMES_HOME"] == str(sandbox["home"] / ".hermes")
@@ -172,7 +172,7 @@ def test_exit_code_decides_for_the_others(name, sandbox):
 def test_a_prompt_that_looks_like_an_option_or_a_file_stays_a_prompt(name, sandbox):
     h = prepared(name, sandbox)
     for prompt in ("--help me", "@setup.py is broken"):
-        argv = h.launch(prompt, sandbox["home"], sandbox["work"], sandbox["tmp"], RID).argv
+        argv = h.launch(prompt, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL).argv
         assert " " + prompt in argv and prompt not in argv
 
 
@@ -181,7 +181,7 @@ def test_mini_reads_its_key_from_its_config_not_the_command_line_or_environment(
     config = sandbox["home"] / ".mini" / "config.json"
     assert json.loads(config.read_text()) == {"base_url": BASE, "api_key": SECRET, "model": MODEL, "max_tokens": 1234}
     assert config.stat().st_mode & 0o077 == 0                        # the secret is not world-readable
-    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID)
+    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv == [sys.executable, str(Path(M.__file__).resolve()), "--", PROMPT]
     assert SECRET not in " ".join(launch.argv) and SECRET not in " ".join(launch.env.values())
 
@@ -203,7 +203,7 @@ def test_mini_tools_act_in_the_current_directory(tmp_path, monkeypatch):
 
 def test_install_failure_shows_the_installer_output_and_leaves_no_marker(tmp_path):
     class Broken(H.Harness):
-        name, version, package = "broken", "0.0.1", "nothing"
+        name, release, package = "broken", "0.0.1", "nothing"
 
         def install_commands(self, root):
             return [["bash", "-c", "echo resolving; echo 'E404 no such package' >&2; exit 3"]]
@@ -221,12 +221,12 @@ def test_install_without_node_says_so(name, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(H.InstallError, match="needs node and npm"):
         H.get_harness(name).install(tmp_path, quiet=True)
-    assert not (tmp_path / f"{name}-{H.get_harness(name).version}").exists()
+    assert not (tmp_path / f"{name}-{H.get_harness(name).release}").exists()
 
 
 def test_concurrent_installs_run_the_installer_once(tmp_path):
     class Slow(H.Harness):
-        name, version, package = "slow", "1.0", "slow"
+        name, release, package = "slow", "1.0", "slow"
 
         def install_commands(self, root):
             return [["bash", "-c", f"sleep 0.5; mkdir -p {root}/bin; echo >> {tmp_path}/runs; touch {root}/bin/slow"]]
@@ -370,7 +370,7 @@ def run_harness(h, sandbox, server, timeout=180, flags=()):
     output, seconds)."""
     home, work, tmp = sandbox["home"], sandbox["work"], sandbox["tmp"]
     h.prepare(home, work, tmp, f"{server.url}/r/{RID}/v1", SECRET, MODEL, max_tokens=512, context=131072)
-    launch = h.launch(PROMPT, home, work, tmp, RID)
+    launch = h.launch(PROMPT, home, work, tmp, RID, MODEL)
     at = launch.argv.index("--") if flags else 0
     launch.argv[at:at] = list(flags)
     log = tmp.parent / "harness.log"
