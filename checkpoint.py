@@ -93,6 +93,8 @@ MODEL_REPOS = {
     "LFM2-24B-A2B": "LiquidAI/LFM2-24B-A2B",
     "LFM2-1.2B": "LiquidAI/LFM2-1.2B",
 }
+# Recipe models with no public checkpoint (references.md): resolve_model says what to pass instead.
+UNPUBLISHED = {"TwIL-8B": "the recipe's experiment model (a dense 'thinking' model, 8.8B parameters)"}
 
 
 def parse_config(d: dict, source: str = "config.json") -> M.Config:
@@ -341,6 +343,11 @@ def resolve_model(name_or_path) -> Path:
     name = str(name_or_path)
     if name in GGUF_MODELS:
         return fetch_gguf_model(name)
+    if name in UNPUBLISHED:
+        raise CheckpointError(f"{name}: {UNPUBLISHED[name]} has no public checkpoint or Hugging Face repo id; get its "
+                              f"weights as a Hugging Face checkpoint folder (config.json with a model_type of "
+                              f"{', '.join(M.FAMILIES)}; safetensors; tokenizer) and pass --model /path/to/checkpoint "
+                              f"--recipe {name}")
     repo = MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
     if repo is None:
         raise CheckpointError(f"{name!r} is neither a checkpoint directory, a .gguf file, nor a known model "

@@ -33,8 +33,9 @@ environment file is a copy of a test/solution file, no distinctive test line app
 or instruction, and no line the oracle writes is already there.
 
 Holdout (`holdout`, `split_manifest`): per source, the tasks whose sha256(seed/name) ranks lowest are held
-out: 15 % (the recipe holds out 40 of the 270 published Repo2RLEnvs), capped at the recipe's 40 repo2rl /
-150 smoldata. A run records the manifest; passing it back to `load_tasks(manifest=...)` reproduces it.
+out, by a rule the caller passes (train.py's HOLDOUT table: the recipe's 40 repo2rl + 150 smoldata where a
+source has at least twice that many, else 15 %). A run records the manifest, rule and numbers included;
+passing it back to `load_tasks(manifest=...)` reproduces it.
 
 Left out: containers (Docker files in environment/ are not copied; a Harbor test.sh that hard-codes
 /tests, /logs/verifier or /app must use the variables above), [environment] cpu/memory limits, network
@@ -64,8 +65,6 @@ from guard import RULES
 DATA = Path(__file__).resolve().parent / "data"
 SUITES = ("toy", "numbers", "smoldata", "repo2rl")
 GUARD_RULES = RULES                           # the rule ids a task's [guard] allow_rules may name
-HOLDOUT_FRACTION = 0.15                       # 40 of the 270 published Repo2RLEnvs
-HOLDOUT_CAP = {"repo2rl": 40, "smoldata": 150}  # the recipe's held-out counts at full size
 DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
 CHECKS = {1: "schema", 2: "materialize", 3: "oracle", 4: "degenerate", 5: "deterministic", 6: "leakage"}
 
@@ -173,35 +172,31 @@ def task_dirs(root) -> list[Path]:
     root = Path(root)
     if (root / "task.toml").exists() or (root / "instruction.md").exists():
         return [root]
-    out = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-        out += task_dirs(d)
-    return out
+    return [t for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+            for t in task_dirs(d)]
 
 
-def resolve_suite(path_or_suite) -> Path:
-    p = Path(path_or_suite)
-    if p.exists():
-        return p
-    if str(path_or_suite) == "all":
-        return DATA
-    if (DATA / str(path_or_suite)).is_dir():
-        return DATA / str(path_or_suite)
-    raise TaskError(f"{path_or_suite}: no such directory, and not a suite ({', '.join(SUITES)}, all)")
+def resolve_suites(spec) -> list[Path]:
+    """A folder, a suite under data/, "all" (every shipped suite), or several of these comma-separated."""
+    parts = [str(spec)] if Path(spec).exists() else [s.strip() for s in str(spec).split(",") if s.strip()]
+    for s in parts or [str(spec)]:
+        if not (Path(s).exists() or s == "all" or (DATA / s).is_dir()):
+            raise TaskError(f"{s}: no such directory, and not a suite ({', '.join(SUITES)}, all; or several, a,b)")
+    return [Path(s) if Path(s).exists() else DATA if s == "all" else DATA / s for s in parts]
 
 
-def load_tasks(path_or_suite, split=None, seed=0, manifest=None, check=False, workers=None) -> list[Task]:
-    """All tasks under a directory or suite name ("toy", "smoldata", "repo2rl", "all").
-
-    split: None (all), "train" or "eval" (the holdout, computed over every task found, per source; or the
-    names in `manifest`, a dict or JSON path from `split_manifest`). Every malformed task is reported in
-    one TaskError. check=True also runs the six checks and drops (and reports on stderr) failing tasks.
-    """
+def load_tasks(path_or_suite, split=None, seed=None, manifest=None, rule=None, check=False, workers=None) -> list[Task]:
+    """All tasks under a directory or suite ("toy", "numbers", "smoldata", "repo2rl", "all"), or several
+    comma-separated ("repo2rl,smoldata"). split: None (all), "train" or "eval": the names in `manifest` (a
+    dict or JSON path from `split_manifest`), else the holdout by `rule` and `seed` (train.py's HOLDOUT and
+    --seed), over every task found, per source. Every malformed task is reported in one TaskError.
+    check=True also runs the six checks and drops (and reports on stderr) failing tasks."""
     if split not in (None, "train", "eval"):
         raise ValueError(f"split must be None, 'train' or 'eval', not {split!r}")
-    root = resolve_suite(path_or_suite)
+    if split is not None and manifest is None and (rule is None or seed is None):
+        raise ValueError("load_tasks(split=...) needs manifest=, or rule= (train.py's HOLDOUT) and seed=")
     tasks, errors, seen = [], [], {}
-    for d in task_dirs(root):
+    for d in dict.fromkeys(d.resolve() for r in resolve_suites(path_or_suite) for d in task_dirs(r)):
         try:
             t = load_task(d)
         except TaskError as e:
@@ -213,13 +208,13 @@ def load_tasks(path_or_suite, split=None, seed=0, manifest=None, check=False, wo
         seen[t.name] = d
         tasks.append(t)
     if errors:
-        raise TaskError(f"{len(errors)} malformed task(s) under {root}:\n  " + "\n  ".join(errors))
+        raise TaskError(f"{len(errors)} malformed task(s) under {path_or_suite}:\n  " + "\n  ".join(errors))
     if split is not None:
         if manifest is not None:
             m = manifest if isinstance(manifest, dict) else json.loads(Path(manifest).read_text())
             held = set(m["eval"])
         else:
-            held = holdout(tasks, seed)
+            held = holdout(tasks, rule, seed)
         tasks = [t for t in tasks if (t.name in held) == (split == "eval")]
     if check:
         report = check_tasks([t.path for t in tasks], workers)
@@ -236,30 +231,38 @@ def _rank(name, seed):
     return hashlib.sha256(f"{seed}/{name}".encode()).hexdigest()
 
 
-def holdout(tasks, seed=0) -> set[str]:
-    """Names of the held-out (eval) tasks: per source, the lowest hash ranks, 15 % capped at 40 / 150."""
+def held_out(n, source, rule) -> int:
+    """How many of a source's n tasks are held out: rule["counts"][source] once the source has twice as many
+    (training keeps at least as many as are held out); else, or for a source the rule does not name,
+    round(rule["fraction"] * n), at least 1 of a source with 2 or more tasks, none of a lone task."""
+    k = rule["counts"].get(source)
+    if k is not None and n >= 2 * k:
+        return k
+    return max(1, round(rule["fraction"] * n)) if n >= 2 else 0
+
+
+def holdout(tasks, rule, seed) -> set[str]:
+    """Names of the held-out (eval) tasks: per source, the held_out(...) lowest ranks of sha256(seed/name)."""
     by_source = {}
     for t in tasks:
         by_source.setdefault(t.source, []).append(t.name)
     held = set()
     for source, names in by_source.items():
-        n = min(HOLDOUT_CAP.get(source, len(names)), max(1, round(HOLDOUT_FRACTION * len(names))))
-        if len(names) < 2:
-            n = 0
-        held.update(sorted(names, key=lambda s: _rank(s, seed))[:n])
+        held.update(sorted(names, key=lambda s: _rank(s, seed))[:held_out(len(names), source, rule)])
     return held
 
 
-def split_manifest(tasks, seed=0) -> dict:
-    """The split as JSON-ready data, for a run to save (and to pass back as load_tasks(manifest=...))."""
-    held = holdout(tasks, seed)
+def split_manifest(tasks, rule, seed) -> dict:
+    """The split as JSON-ready data with its rule, for a run to save (and pass back as load_tasks(manifest=))."""
+    held = holdout(tasks, rule, seed)
     counts = {}
     for t in tasks:
         c = counts.setdefault(t.source, {"train": 0, "eval": 0})
         c["eval" if t.name in held else "train"] += 1
-    return {"seed": seed, "rule": f"per source, lowest sha256('{seed}/name'), {HOLDOUT_FRACTION:.0%} held out, "
-                                  f"capped at {HOLDOUT_CAP}", "counts": counts,
-            "eval": sorted(held), "train": sorted(t.name for t in tasks if t.name not in held)}
+    return {"seed": seed, "holdout": {"counts": dict(rule["counts"]), "fraction": rule["fraction"]},
+            "rule": f"per source, the lowest sha256('{seed}/name'): {dict(rule['counts'])} held out of a source "
+                    f"with at least twice as many tasks, else {rule['fraction']:.0%} (at least 1 of 2 or more)",
+            "counts": counts, "eval": sorted(held), "train": sorted(t.name for t in tasks if t.name not in held)}
 
 
 # ----------------------------------------------------------------------------- running
@@ -561,15 +564,17 @@ def main(argv=None):
                    help="tasks checked at once (default: twice the CPU count)")
     c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
-    s = sub.add_parser("split", help="print the holdout manifest of the tasks under DIR")
-    s.add_argument("dir", help="a folder of tasks (e.g. data/)")
-    s.add_argument("--seed", type=int, default=0, help="the split's seed, as train.py --seed (default: %(default)s)")
+    s = sub.add_parser("split", help="print the holdout manifest a run records (train.py's HOLDOUT table)")
+    s.add_argument("dir", help="a folder of tasks, a suite, or several comma-separated (e.g. repo2rl,smoldata)")
+    s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: train.py's)")
     args = ap.parse_args(argv)
-    if args.cmd == "split":
-        print(json.dumps(split_manifest(load_tasks(args.dir), args.seed), indent=1))
+    if args.cmd == "split":     # the numbers are train.py's table (train imports this file: imported only here)
+        from train import HOLDOUT, SHARED
+        seed = SHARED["seed"] if args.seed is None else args.seed
+        print(json.dumps(split_manifest(load_tasks(args.dir), HOLDOUT, seed), indent=1))
         return 0
     t0 = time.time()
-    dirs = task_dirs(resolve_suite(args.dir))
+    dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
     sandbox, warning = SB.resolve_sandbox(args.sandbox)
     if warning:
         print(warning.replace("rollouts run", "oracles and verifiers run"), file=sys.stderr)

@@ -336,6 +336,17 @@ def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeyp
         C.resolve_model("LFM3-1.7B")
 
 
+def test_twil_8b_has_no_public_checkpoint_and_the_error_says_what_to_pass(tmp_path, monkeypatch):
+    """A recipe row, but no public weights (references.md): one message saying what to get and how to pass it."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(C.CheckpointError, match=r"TwIL-8B: .* no public checkpoint .* model_type of lfm2, .*"
+                                                r"pass --model /path/to/checkpoint --recipe TwIL-8B$"):
+        C.resolve_model("TwIL-8B")
+    (tmp_path / "TwIL-8B").mkdir()                       # a folder of that name is a checkpoint folder as always
+    monkeypatch.chdir(tmp_path)
+    assert C.resolve_model("TwIL-8B").samefile(tmp_path / "TwIL-8B")
+
+
 # ----------------------------------------------------------------------------- tiny checkpoints
 
 @pytest.mark.parametrize("model_type", FAMILIES)

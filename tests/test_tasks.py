@@ -13,6 +13,7 @@ import pytest
 
 import sandbox as SB
 import tasks as T
+from train import HOLDOUT, RECIPES, recipe_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -383,30 +384,97 @@ def fake(source, n):
                    instruction="x") for i in range(n)]
 
 
-def test_holdout_scales_the_recipe_and_caps_at_full_size():
-    def counts(tasks):
-        held = T.holdout(tasks)
-        return {s: sum(n.startswith(s + "-") for n in held) for s in ("repo2rl", "smoldata", "toy")}
-    full = fake("repo2rl", 270) + fake("smoldata", 2000) + fake("toy", 6)
-    assert counts(full) == {"repo2rl": 40, "smoldata": 150, "toy": 1}       # the recipe's 40 + 150
+def held_counts(tasks, sources=("repo2rl", "smoldata", "toy", "mine")):
+    held = T.holdout(tasks, HOLDOUT, 0)
+    return {s: sum(n.startswith(s + "-") for n in held) for s in sources}
+
+
+def test_the_recipes_40_repo2rl_and_150_smoldata_are_held_out_once_a_source_has_twice_as_many():
+    assert HOLDOUT["counts"] == {"repo2rl": 40, "smoldata": 150}                 # recipe.md, in train.py's table
+    full = fake("repo2rl", 270) + fake("smoldata", 2000) + fake("toy", 6) + fake("mine", 1000)
+    assert held_counts(full) == {"repo2rl": 40, "smoldata": 150, "toy": 1, "mine": 150}   # unnamed: 15 %
+    # from twice the count on, the count itself (the old "15 % capped at 40 / 150" held out 12 and 45 here)
+    assert held_counts(fake("repo2rl", 80) + fake("smoldata", 300)) == {"repo2rl": 40, "smoldata": 150,
+                                                                        "toy": 0, "mine": 0}
+
+
+def test_a_smaller_source_holds_out_15_percent_at_least_one_and_never_a_lone_task():
+    assert held_counts(fake("repo2rl", 79) + fake("smoldata", 299) + fake("toy", 2) + fake("mine", 1)) == \
+        {"repo2rl": 12, "smoldata": 45, "toy": 1, "mine": 0}
     small = fake("repo2rl", 40) + fake("smoldata", 74) + fake("toy", 1)
-    assert counts(small) == {"repo2rl": 6, "smoldata": 11, "toy": 0}        # 15 %, none from a lone task
+    assert held_counts(small) == {"repo2rl": 6, "smoldata": 11, "toy": 0, "mine": 0}   # the shipped sizes
+
+
+def test_the_holdout_rule_and_seed_are_arguments_not_defaults():
+    import inspect
+    for fn in (T.holdout, T.split_manifest, T.held_out):
+        for name in ("rule", "seed"):
+            if name in inspect.signature(fn).parameters:
+                assert inspect.signature(fn).parameters[name].default is inspect.Parameter.empty, fn.__name__
+    with pytest.raises(ValueError, match="needs manifest=, or rule="):
+        T.load_tasks("toy", split="train")
+    with pytest.raises(ValueError, match="needs manifest=, or rule="):
+        T.load_tasks("toy", split="eval", rule=HOLDOUT)
+
+
+@pytest.mark.parametrize("suite", ["toy", "numbers"])
+def test_the_cpu_suites_keep_a_train_and_an_eval_split(suite):
+    train = T.load_tasks(suite, split="train", rule=HOLDOUT, seed=0)
+    evals = T.load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)
+    assert train and evals and len(train) > len(evals)
+
+
+def test_a_large_suite_on_disk_holds_out_the_recipes_numbers_and_the_cli_prints_them(tmp_path):
+    for source, n in (("repo2rl", 300), ("smoldata", 300)):
+        for i in range(n):
+            d = tmp_path / source / f"{source}-{i}"
+            (d / "tests").mkdir(parents=True)
+            (d / "task.toml").write_text(f'[task]\nname = "{source}-{i}"\n[metadata]\nsource = "{source}"\n')
+            (d / "instruction.md").write_text("Do it.\n")
+            (d / "tests" / "test.sh").write_text("echo 1 > $LOGS_DIR/reward.txt\n")
+    suite = f"{tmp_path / 'repo2rl'},{tmp_path / 'smoldata'}"
+    assert len(T.load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)) == 190
+    p = subprocess.run([sys.executable, "tasks.py", "split", suite], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)
+    assert m["counts"] == {"repo2rl": {"train": 260, "eval": 40}, "smoldata": {"train": 150, "eval": 150}}
+    assert m["holdout"] == HOLDOUT and m["seed"] == 0 and "twice" in m["rule"] and len(m["eval"]) == 190
+
+
+def test_suites_combine_comma_separated_and_unknown_names_are_refused():
+    both = T.load_tasks("repo2rl,smoldata")
+    assert {t.source for t in both} == {"repo2rl", "smoldata"}
+    assert len(both) == len(T.load_tasks("repo2rl")) + len(T.load_tasks("smoldata"))
+    assert len(T.load_tasks("all,toy")) == len(T.load_tasks("all"))       # the same task once
+    with pytest.raises(T.TaskError, match="nope: no such directory"):
+        T.load_tasks("toy,nope")
+
+
+def test_real_models_default_to_the_recipes_two_sources_cpu_rows_to_their_own_suites():
+    for model in ("LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B"):
+        suite = recipe_config(model)["suite"]
+        assert {t.source for t in T.load_tasks(suite)} == {"repo2rl", "smoldata"}, model
+    assert recipe_config("tiny")["suite"] == "toy" and recipe_config("SmolLM2-135M-Instruct")["suite"] == "numbers"
+    assert recipe_config("/some/checkpoint")["suite"] == "repo2rl,smoldata"   # a path: LFM3-1.7B's row
+    assert set(RECIPES) >= {"LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B", "tiny", "SmolLM2-135M-Instruct"}
 
 
 def test_split_is_deterministic_disjoint_and_covers_everything():
     everything = T.load_tasks("all")
-    train, evals = T.load_tasks("all", split="train"), T.load_tasks("all", split="eval")
+    train, evals = T.load_tasks("all", split="train", rule=HOLDOUT, seed=0), \
+        T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)
     names = lambda ts: {t.name for t in ts}  # noqa: E731
     assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
-    assert names(T.load_tasks("all", split="eval")) == names(evals)
-    assert names(T.load_tasks("all", split="eval", seed=1)) != names(evals)
+    assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)) == names(evals)
+    assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=1)) != names(evals)
     assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers"}
 
 
 def test_a_recorded_manifest_reproduces_the_split():
     everything = T.load_tasks("all")
-    manifest = json.loads(json.dumps(T.split_manifest(everything, seed=3)))
+    manifest = json.loads(json.dumps(T.split_manifest(everything, HOLDOUT, 3)))
     assert manifest["counts"]["repo2rl"] == {"train": 34, "eval": 6}
+    assert manifest["holdout"] == HOLDOUT and manifest["seed"] == 3
     again = T.load_tasks("all", split="eval", manifest=manifest)
     assert sorted(t.name for t in again) == manifest["eval"]
     assert not {t.name for t in T.load_tasks("all", split="train", manifest=manifest)} & set(manifest["eval"])
@@ -458,7 +526,7 @@ def test_numbers_grader_gives_partial_credit_for_the_exact_numbers():
 
 def test_numbers_holdout_covers_kinds_the_training_tasks_also_cover():
     tasks = T.load_tasks("numbers")
-    held = T.holdout(tasks)
+    held = T.holdout(tasks, HOLDOUT, 0)
     assert len(tasks) == 42 and len(held) == 6
     assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
 

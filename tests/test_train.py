@@ -85,6 +85,9 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     assert list((run / "rollouts" / "mini").rglob("*.json"))
     assert not list((run / "sandboxes").rglob("work")) if (run / "sandboxes").exists() else True
     assert (run / "split.json").exists()
+    split = json.loads((run / "split.json").read_text())            # the split trained on, with its rule
+    assert split["holdout"] == {"counts": {"repo2rl": 40, "smoldata": 150}, "fraction": 0.15}
+    assert split["counts"] == {"toy": {"train": 5, "eval": 1}}
 
     # a finished run says so and does nothing; what would change the training is refused by name
     done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
@@ -464,3 +467,11 @@ def test_a_run_that_cannot_progress_stops_and_says_why(tmp_path, env):
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert "no graded group in 8 s" in p.stderr and "server" in p.stderr and "boom" in p.stderr, p.stderr[-2000:]
     assert (tmp_path / "runs" / "stall" / "checkpoint" / "state.pt").exists()
+
+
+def test_twil_8b_without_a_checkpoint_says_what_to_download_and_pass(tmp_path, env):
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "TwIL-8B", "--runs", str(tmp_path)],
+                       cwd=ROOT, env=dict(env, HF_HUB_CACHE=str(tmp_path / "hub")), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert "no public checkpoint" in p.stderr and "--model /path/to/checkpoint --recipe TwIL-8B" in p.stderr
