@@ -5,14 +5,19 @@ engine.py), which `start_server("local")` imports only then.
 - `vllm_command(...)` builds the `vllm serve` command line for serving every adapter of a run from one server
   (LoRA, rank, max loras from trainers x staleness, processed logprobs, the family's tool parser) and its
   environment (runtime LoRA updating; the run's API key as VLLM_API_KEY, off the command line);
-  `start_server("vllm", ...)` runs it with its log in the run directory, waits for /health, and stops it with
-  its process group. `start_server(URL)` connects to a server someone else runs (key: $HARNESS_RL_API_KEY).
-- `Handle`: what a started server is (URL, stop, its key); `new_key()` a fresh random key per server.
+  `start_server("vllm", ...)` runs it (`vllm_launcher`: a vllm on PATH, else the CPU build that `python
+  harnesses.py install vllm` put in its own venv) on a free port with its log in the run directory, waits for
+  /health, and stops it with its process group. `start_server(URL)` connects to a server someone else runs
+  (key: $HARNESS_RL_API_KEY).
+- `Handle`: what a started server is (URL, stop, its key, `alive()`, `watch()` for train.py's stop on death);
+  `new_key()` a fresh random key per server.
 - `Client`: the one small async client (Bearer key), errors raised with the server's message.
 - `ChatStream`: a chat completion as server-sent events, chunked as vLLM does (serve.py and rollout.py's proxy).
+- `gpu_plan(...)`: which GPUs serve (vLLM, tensor-parallel over them) and which train, from the recipe's GPU
+  count or the user's lists; vLLM gets them as CUDA_VISIBLE_DEVICES + --tensor-parallel-size.
 
-Left out: GPU placement, tensor parallelism and the memory fraction of vLLM (see the vLLM issue), several
-servers behind one client.
+Left out: several servers behind one client (data parallel serving), pipeline parallelism, restarting a vLLM
+that died (train.py stops the run instead: a crash usually repeats).
 """
 from __future__ import annotations
 
@@ -70,12 +75,36 @@ def new_key():
 VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
 
 
+def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
+    """(GPUs vLLM serves on, GPUs that train, the fraction of its GPUs vLLM may take), GPUs as device indices.
+    The recipe's count splits in half, the server's half first and tensor-parallel (LFM3-1.7B's 2: 1 + 1;
+    LFM2.5-24B-A2B's 4: vLLM on 0,1 + training on 2,3); an odd count gives the server the extra one; a GPU both
+    serve and train on is shared, vLLM taking at most half of it. server_gpus / train_gpus ("0,1"): the user's
+    own split. Raises ValueError for GPUs this machine lacks."""
+    pick = lambda s: [int(x) for x in str(s).split(",") if x.strip()]      # noqa: E731
+    if server_gpus is None and train_gpus is None:
+        n = min(gpus, visible)
+        if n == 0:
+            return [], [], memory
+        half = (n + 1) // 2
+        server, train = (list(range(half)), list(range(half, n))) if n > 1 else ([0], [0])
+    else:
+        server = pick(server_gpus) if server_gpus is not None else [0]
+        train = pick(train_gpus) if train_gpus is not None else [g for g in range(visible) if g not in server][:1]
+    bad = sorted({g for g in server + train if not 0 <= g < visible})
+    if bad or not server or not train:
+        raise ValueError(f"GPUs {bad or (server, train)}: this machine has {visible} GPU(s) (0..{visible - 1}); "
+                         "--server-gpus and --train-gpus take comma-separated indices among them")
+    return server, train, min(memory, 0.5) if set(server) & set(train) else memory
+
+
 def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, max_model_len=None, extra=(),
-                 api_key=None, served_name=None):
+                 api_key=None, served_name=None, gpus=None, memory=None):
     """The `vllm serve` command line and environment for serving every adapter of a run from one server.
     rank: the run's LoRA rank; max_loras: adapters resident at once (train.py: trainers x
     grpo.live_versions(max_staleness)); None: vLLM's defaults (max LoRA rank 16, 1 LoRA). served_name: the
-    name requests use for the base model (eval.py asks by --model), besides the path."""
+    name requests use for the base model (eval.py asks by --model), besides the path. gpus: device indices
+    (gpu_plan), tensor-parallel over all of them; memory: the fraction of each it may take."""
     model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
     if model_type == "lfm3":
         raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
@@ -93,7 +122,14 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
         cmd += ["--max-model-len", str(max_model_len)]
     if served_name:
         cmd += ["--served-model-name", str(served_name), str(model_path)]
+    if gpus:
+        cmd += ["--tensor-parallel-size", str(len(gpus))]
+    if memory:
+        cmd += ["--gpu-memory-utilization", str(memory)]
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+    if gpus:       # indices count among the GPUs this process sees: mapped through its own CUDA_VISIBLE_DEVICES
+        seen = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(seen[g] if g < len(seen) else str(g) for g in gpus)
     if api_key:      # vLLM reads it from the environment too: kept off the command line (ps shows argv)
         env["VLLM_API_KEY"] = api_key
     return cmd + list(extra), env
@@ -133,6 +169,10 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     launcher, cpu = vllm_launcher(env.get("PATH"))
     cmd = launcher + cmd[2:]                    # `vllm serve MODEL ...` -> the launcher + MODEL ...
     if cpu:
+        if C.read_config(C.resolve_model(model_path)).model_type == "lfm2_moe":   # found by hand, 0.32.0
+            raise ValueError("vLLM's CPU build serves LFM2-MoE, but not with LoRA: its fused-MoE LoRA kernel needs "
+                             "Triton on a GPU (the first request kills the engine). Use --server local, or vLLM on a "
+                             "GPU")
         cmd += ["--dtype", "float32"]
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     log_path = Path(run_dir) / "vllm.log"

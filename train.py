@@ -70,12 +70,13 @@ SHARED = dict(
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops, saying why
+    gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
 RECIPES = {
-    # (the recipe ran these on 2, 4 and 4 GPUs; the GPU count is torchrun's --nproc-per-node, not a setting here)
-    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, server="local"),  # vLLM 0.33: no LFM3
-    "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072),
-    "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536),     # long reasoning fills memory
+    # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
+    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
+    "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
+    "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
     "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
@@ -115,6 +116,8 @@ FLAG_HELP = {
     "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata; all = every one), several comma-separated, "
              "or a folder; the held-out tasks (HOLDOUT) are never trained on",
     "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
+    "gpus": "GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus",
+    "gpu_memory": "the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
 }
 
 
@@ -140,7 +143,10 @@ def parse_args(argv=None):
                          "isolated or an error; dir: no isolation (see README, Sandboxes)")
     ap.add_argument("--keep-sandboxes", action="store_true", default=None,
                     help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
-    ap.add_argument("--device", help="torch device for training (default: cuda if available, else cpu)")
+    ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "
+                                     "available, else cpu)")
+    ap.add_argument("--server-gpus", help="vLLM's GPUs, comma-separated indices (default: from --gpus)")
+    ap.add_argument("--train-gpus", help="the trainer's GPUs (default: from --gpus; until torchrun, the first)")
     for k in FLAG_HELP:
         v = SHARED.get(k, RECIPES["LFM3-1.7B"].get(k))
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
@@ -150,7 +156,8 @@ def parse_args(argv=None):
 
 # what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
 # optimizer state and the run's recorded numbers assume those)
-RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout")
+RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout", "gpus",
+                    "gpu_memory", "server_gpus", "train_gpus")
 
 
 def effective_config(args) -> dict:
@@ -193,9 +200,8 @@ def recipe_config(model, recipe=None, prog="train.py") -> dict:
     return {**SHARED, **RECIPES[recipe], "model": model, "recipe": recipe}
 
 
-def _int(lo, hi=None):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi), \
-        f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
+def _int(lo):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"an integer >= {lo}"
 
 
 def _num(lo, hi=None, lo_open=False, hi_open=False):
@@ -211,8 +217,8 @@ LIMITS = {
     "grad_clip": _num(0, lo_open=True), "max_staleness": _int(0), "bonus": _num(0), "bonus_scale": _num(0, lo_open=True),
     "tis_cap": _num(0, lo_open=True), "eps_low": _num(0, 1, lo_open=True, hi_open=True), "eps_high": _num(0, lo_open=True),
     "ratio_cap": _num(1, lo_open=True), "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
-    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0),
-    "stall_timeout": _num(0, lo_open=True),
+    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
+    "gpu_memory": _num(0, 1, lo_open=True), "stall_timeout": _num(0, lo_open=True),
 }
 
 
@@ -266,8 +272,7 @@ def version_name(trainer, version):
 
 def trainer_name(spec):
     """"mini:b" (a second mini trainer with its own adapter) -> "mini-b"; "pi" -> "pi"."""
-    kind, _, label = spec.partition(":")
-    return f"{kind}-{label}" if label else kind
+    return spec.replace(":", "-", 1)
 
 
 class Trainer:
@@ -487,7 +492,12 @@ async def run(cfg, resume=False):
                                                     indent=2, default=str) + "\n")
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
-    device = cfg.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    serve_on, train_on, memory = ([], [], 0) if cfg["server"] != "vllm" else SV.gpu_plan(
+        cfg["gpus"], torch.cuda.device_count(), cfg.get("server_gpus"), cfg.get("train_gpus"), cfg["gpu_memory"])
+    device = cfg.get("device") or (f"cuda:{train_on[0]}" if train_on else "cuda" if torch.cuda.is_available() else
+                                   "cpu")
+    if serve_on:
+        print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on {device}", flush=True)
     path = model_path(cfg["model"], cfg["seed"])
     model = C.load_model(path, device=device)
     split = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
@@ -504,7 +514,7 @@ async def run(cfg, resume=False):
     elif cfg["server"] == "vllm":     # it holds every version a rollout may still use: the staleness window's
         handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"], served_name=cfg["model"],
                                  max_loras=len(names) * G.live_versions(cfg["max_staleness"]),
-                                 max_model_len=cfg["context"])
+                                 max_model_len=cfg["context"], gpus=serve_on, memory=serve_on and memory)
     else:
         handle = SV.start_server(cfg["server"], path)
     client = SV.Client(handle.url, handle.api_key)

@@ -79,3 +79,21 @@ def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, s
 def grpo_loss(*a, **kw):
     """grpo.grpo_loss with the recipe's loss settings from train.py's table (it takes them explicitly)."""
     return G.grpo_loss(*a, **{**loss_settings(SHARED), **kw})
+
+
+def write_length_suite(root, n=3):
+    """n tasks scored 1, 0.5 or 0 by the length of the answer (mod 3): rewards that differ within a group
+    whatever the model, so every step has something to learn from."""
+    for i in range(n):
+        d = root / f"len-{i}"
+        for sub in ("environment", "tests", "solution"):
+            (d / sub).mkdir(parents=True)
+        (d / "environment" / "README.md").write_text("empty\n")
+        (d / "instruction.md").write_text("Say something.\n")
+        (d / "task.toml").write_text(f'[task]\nname = "len-{i}"\n[metadata]\nsource = "toy"\ntype = "qa"\n'
+                                     '[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 10\n')
+        (d / "tests" / "test.sh").write_text(
+            '#!/bin/bash\nn=$(wc -c < "$AGENT_OUTPUT")\ncase $((n % 3)) in 0) s=1;; 1) s=0.5;; *) s=0;; esac\n'
+            'echo $s > "$LOGS_DIR/reward.txt"\n')
+        (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    return root

@@ -509,3 +509,43 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
         assert got == 503 and "engine" in err["message"]           # an answer, not a hang
     finally:
         h.stop()
+
+
+@pytest.mark.parametrize("recipe,visible,serve,train", [
+    ("LFM3-1.7B", 2, [0], [1]), ("LFM2.5-24B-A2B", 4, [0, 1], [2, 3]), ("TwIL-8B", 8, [0, 1], [2, 3]),
+    ("LFM2.5-24B-A2B", 1, [0], [0]), ("tiny", 4, [], [])])
+def test_gpu_plan_from_the_recipes_gpu_count(recipe, visible, serve, train):
+    """A simulated machine with `visible` GPUs: the recipe's count splits into serving and training GPUs."""
+    import train as TR
+    cfg = TR.recipe_config(recipe)
+    got = SV.gpu_plan(cfg["gpus"], visible, memory=cfg["gpu_memory"])
+    assert got[:2] == (serve, train)
+    assert got[2] == (0.5 if set(serve) & set(train) else cfg["gpu_memory"])     # a shared GPU: vLLM takes half
+
+
+def test_gpu_plan_overrides_and_bad_indices():
+    assert SV.gpu_plan(4, 8, "0,1,2,3", "4")[:2] == ([0, 1, 2, 3], [4])
+    assert SV.gpu_plan(2, 4, "3")[:2] == ([3], [0])                       # training: the first GPU vLLM leaves
+    with pytest.raises(ValueError, match=r"GPUs \[5\]: this machine has 2 GPU"):
+        SV.gpu_plan(2, 2, "5")
+
+
+def test_vllm_command_places_vllm_on_its_gpus(tmp_path, monkeypatch):
+    ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
+    cmd, env = SV.vllm_command(ckpt, 1, gpus=[0, 1], memory=0.9, served_name="LFM2-1.2B", max_model_len=4096)
+    flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
+    assert flags["--tensor-parallel-size"] == "2" and flags["--gpu-memory-utilization"] == "0.9"
+    assert flags["--served-model-name"] == "LFM2-1.2B" and flags["--max-model-len"] == "4096"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")             # indices count among the GPUs we see
+    assert SV.vllm_command(ckpt, 1, gpus=[2, 3])[1]["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert "--tensor-parallel-size" not in SV.vllm_command(ckpt, 1)[0]     # no GPUs named: vLLM's defaults
+
+
+def test_train_flags_place_the_gpus():
+    import train as TR
+    cfg = TR.effective_config(TR.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
+                                             "0,1,2", "--train-gpus", "3", "--gpu-memory", "0.8"]))
+    assert SV.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
+    with pytest.raises(SystemExit, match="--gpu-memory must be"):
+        TR.effective_config(TR.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))

@@ -16,6 +16,7 @@ import pytest
 import lora as L
 import rundir as RD
 import tiny
+from conftest import write_length_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -312,18 +313,7 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
 
     import grpo as G
     import train as TR
-    for i in range(3):       # score 1, 0.5 or 0 by the length of the answer: three reward levels per group
-        d = tmp_path / "suite" / f"len-{i}"
-        for sub in ("environment", "tests", "solution"):
-            (d / sub).mkdir(parents=True)
-        (d / "environment" / "README.md").write_text("empty\n")
-        (d / "instruction.md").write_text("Say something.\n")
-        (d / "task.toml").write_text(f'[task]\nname = "len-{i}"\n[metadata]\nsource = "toy"\ntype = "qa"\n'
-                                     '[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 10\n')
-        (d / "tests" / "test.sh").write_text(
-            '#!/bin/bash\nn=$(wc -c < "$AGENT_OUTPUT")\ncase $((n % 3)) in 0) s=1;; 1) s=0.5;; *) s=0;; esac\n'
-            'echo $s > "$LOGS_DIR/reward.txt"\n')
-        (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    write_length_suite(tmp_path / "suite")
     seen = []
     real = G.group_advantages
 

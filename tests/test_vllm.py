@@ -19,6 +19,7 @@ import lora as L
 import servers as SV
 import tiny
 from chat import ChatFormat
+from conftest import write_length_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = H.INSTALLS["vllm"].installed() is not None or bool(__import__("shutil").which("vllm"))
@@ -128,17 +129,20 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
     a missing adapter, and every recorded logprob equal to model.py's with the recorded version's adapter. Then
     the run is resumed and its vLLM killed: it stops with a checkpoint and says why."""
     run = tmp_path / "runs" / "r"
+    suite = write_length_suite(tmp_path / "suite")          # rewards that differ: every step publishes a version
     p = run_train(tmp_path, "--model", "tiny-lfm2", "--server", "vllm", "--steps", "3", "--sessions", "16",
-                  "--max-staleness", "1", "--runs", str(tmp_path / "runs"), "--run", "r")
+                  "--max-staleness", "1", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--run", "r")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert " mm " in p.stdout                                          # the mismatch metric is printed
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert sum(m["ungraded_by"].get("server", 0) for m in metrics) == 0
     log = (run / "vllm.log").read_text()                                 # vLLM's own account
+    assert metrics[-1]["version"] == 3                                 # every step changed the weights
     for v in range(metrics[-1]["version"] + 1):
         assert f"Loaded new LoRA adapter: name 'mini-v{v}'" in log, f"mini-v{v} was never loaded"
-    assert "Removed LoRA adapter: name 'mini-v0'" in log                 # outside the staleness window
+    # outside the staleness window (1) and used by no request in flight: unloaded when a newer one is published
+    assert "Removed LoRA adapter: name 'mini-v" in log
     model = C.load_model(tmp_path / "cache" / "tiny-lfm2", dtype=torch.float32, device="cpu")
     L.add_lora(model, rank=8, alpha=16, adapters=())
     worst, turns, versions = 0.0, 0, set()
