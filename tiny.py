@@ -234,9 +234,9 @@ ARCHITECTURES = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "l
 
 def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
     """A small config.json dict in the family's real key layout (loadable by transformers too)."""
-    c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True)
+    c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True, initializer_range=0.02)
     if model_type == "lfm3":
-        c.update(conv_L_cache=7, sliding_window=8, conv_bias=False, use_sandwich_norm=True, use_attention_gate=True,
+        c.update(attention_bias=False, attention_dropout=0.0, conv_L_cache=7, sliding_window=8, conv_bias=False, use_sandwich_norm=True, use_attention_gate=True,
                  layer_types=["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"],
                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                   "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
@@ -250,16 +250,21 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
             # kernels (its attention refuses head_dim 16: 2 heads of 64); vLLM reads conv_dim and block_*
             c.update(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, conv_dim=128, conv_dim_out=128,
                      block_dim=128, block_ff_dim=128, block_multiple_of=256, block_ffn_dim_multiplier=1.0,
-                     block_auto_adjust_ff_dim=False, block_norm_eps=1e-5, num_heads=2)
+                     block_auto_adjust_ff_dim=False, block_norm_eps=1e-5, num_heads=2,
+                     full_attn_idxs=[i for i, t in enumerate(c["layer_types"]) if t == "full_attention"])
         else:
-            c.update(num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            c.update(output_router_logits=False, num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                      use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0)
     elif model_type in ("llama", "qwen3"):
-        c.update(rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False,
+        c.update(rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
                  rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         c.pop("norm_eps")
         if model_type == "llama":
-            c.update(mlp_bias=False)
+            c.update(mlp_bias=False, pretraining_tp=1)
+        else:
+            n = c["num_hidden_layers"]
+            c.update(layer_types=["full_attention"] * n, max_window_layers=n, sliding_window=None,
+                     use_sliding_window=False)
     else:
         C.parse_config({"model_type": model_type})    # raises the clear error
     # without architectures vLLM resolves the checkpoint as a pooling model

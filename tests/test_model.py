@@ -378,3 +378,19 @@ def test_tiny_checkpoint_chat_round_trip(tmp_path):
     assert len(out) == len(lps) and all(lp <= 0 for lp in lps)
     assert max(ids + out) < ours.config.vocab_size
     assert isinstance(fmt.decode(out), str)
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "llama", "qwen3"])
+def test_tiny_configs_carry_the_whole_real_key_layout(model_type, tmp_path):
+    """Every key transformers' own config class writes for the family (save_pretrained), architectures
+    included (vLLM needs it), is in the tiny checkpoint's config.json."""
+    import transformers
+    path = tiny.write_tiny_checkpoint(tmp_path / "t", model_type)
+    ours = json.loads((path / "config.json").read_text())
+    cls = transformers.AutoConfig.for_model(model_type).__class__
+    cls(**ours).save_pretrained(tmp_path / "ref")
+    ref = json.loads((tmp_path / "ref" / "config.json").read_text())
+    generic = {"transformers_version", "dtype", "torch_dtype", "use_cache", "output_attentions", "output_hidden_states",
+               "return_dict"}
+    assert sorted(set(ref) - set(ours) - generic) == []
+    assert ours["architectures"] == [tiny.ARCHITECTURES[model_type]]
