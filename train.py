@@ -170,15 +170,13 @@ def effective_config(args) -> dict:
         given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
         refused = sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k))
         if refused:
-            raise SystemExit(f"train.py: --resume cannot change {', '.join('--' + k.replace('_', '-') for k in refused)}"
-                             f" (the checkpoint was trained with the run's own values); it can change "
-                             f"{', '.join('--' + k.replace('_', '-') for k in RESUME_OVERRIDES)}. Start a new run "
-                             f"for other values.")
+            flags = lambda ks: ", ".join("--" + k.replace("_", "-") for k in ks)     # noqa: E731
+            raise SystemExit(f"train.py: --resume cannot change {flags(refused)} (the checkpoint was trained with the "
+                             f"run's own values); it can change {flags(RESUME_OVERRIDES)}. Start a new run for others.")
         cfg.update({k: v for k, v in given.items() if k in RESUME_OVERRIDES})
-        new = {k: v for k, v in SHARED.items() if k not in cfg}     # settings added since the run was started
-        if new:
-            print(f"train.py: {cf} predates {', '.join(new)}: using the table's {new}", file=sys.stderr)
-            cfg.update(new)
+        for k in sorted(SHARED.keys() - cfg.keys()):     # settings added since the run was started
+            print(f"train.py: {cf} has no {k}: using the table's {SHARED[k]!r}", file=sys.stderr)
+            cfg[k] = SHARED[k]
         validate(cfg)
         return cfg
     if not args.model:
@@ -586,6 +584,8 @@ async def run(cfg, resume=False):
 
 
 def main(argv=None):
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:     # torchrun: N full trainers would share one run and GPU
+        sys.exit("train.py: several processes (torchrun) are not supported yet; run one process (parallel.py)")
     args = parse_args(argv)
     cfg = effective_config(args)
     if args.resume:

@@ -465,3 +465,10 @@ def test_twil_8b_without_a_checkpoint_says_what_to_download_and_pass(tmp_path, e
                        timeout=300)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
     assert "no public checkpoint" in p.stderr and "--model /path/to/checkpoint --recipe TwIL-8B" in p.stderr
+
+
+def test_several_processes_are_refused_until_torchrun_is_supported(env):
+    """Under torchrun every process would be a whole trainer on one run dir and one GPU: refused, saying so."""
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny"], cwd=ROOT,
+                       env={**env, "WORLD_SIZE": "2", "RANK": "1"}, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "torchrun" in p.stderr and "Traceback" not in p.stderr, p.stderr
