@@ -1,0 +1,219 @@
+"""Data-parallel LoRA training on torch.distributed: N processes compute exactly the update one process does.
+
+Under `torchrun --nproc-per-node N`, every rank holds the same frozen base and the same adapter; a step's
+packed micro-batches (grpo.pack) are split across ranks, each rank runs forward/backward on its share,
+the gradients are summed over ranks, and every rank takes the same AdamW step. The loss of a micro-batch
+is already divided by the step's *global* trained-token count (grpo_loss's num_tokens), so the sum of
+the ranks' gradients is the one-process gradient - not their mean, which is what DDP and FSDP2 compute
+by default, and is switched off here (a comm hook; a divide factor of 1).
+
+- `init()` -> (rank, world, device) from torchrun's environment (gloo on CPU, NCCL + gloo on CUDA);
+  outside torchrun (or with one process) no process group: (0, 1, device).
+- `shard(micro_batches, rank, world)`: this rank's share, the same count on every rank (None pads it):
+  every rank must run as many forward/backward passes as the others, because each one enters collectives
+  (FSDP2 all-gathers per forward, DDP all-reduces on the last backward). A padding slot runs a one-token
+  micro-batch whose loss is multiplied by 0: it adds exactly nothing to the gradient.
+- `wrap(model, mode)`: "ddp" - torch's DistributedDataParallel; only the LoRA parameters require grad,
+  so only they are all-reduced. "fsdp" - FSDP2 `fully_shard` on every decoder block, then the root, the
+  base and the adapter sharded together in each block (mixed precision: see wrap). One process: the model.
+- `train_step(...)`: zero grads, forward/backward over this rank's share (gradient sync on the last one
+  only), global grad norm, clip, optimizer step.
+- `adapter_state(model, name)`: the adapter's full tensors under PEFT keys, on rank 0 (a collective under
+  FSDP2: every rank calls it); `broadcast(obj)`: rank 0's object (e.g. the step's micro-batches) to all.
+
+Left out: tensor / pipeline / expert parallelism, sharding the optimizer state of DDP (ZeRO), several
+trainable adapters in one wrapped model (DDP would need find_unused_parameters: each step trains one),
+checkpointing sharded optimizer state (torch.distributed.checkpoint does that), and who does what on
+rank 0 (pools, server, I/O: train.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import lora as L
+
+MODES = ("ddp", "fsdp")
+
+
+# ----------------------------------------------------------------------------- processes
+
+def init():
+    """(rank, world, device) for this process. Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT set) with world > 1 it joins the process group: NCCL for CUDA tensors and gloo for CPU ones
+    (broadcast_object_list, stats) on GPUs, gloo alone on CPU; rank r uses cuda:LOCAL_RANK."""
+    cuda = torch.cuda.is_available()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("cuda:nccl,cpu:gloo" if cuda else "gloo", device_id=device if cuda else None)
+    return rank, world, device
+
+
+def _rank_world():
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def broadcast(obj):
+    """Rank 0's `obj` on every rank (pickled through the process group); `obj` itself in one process."""
+    if _rank_world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+# ----------------------------------------------------------------------------- splitting a step
+
+def shard(micro_batches, rank, world):
+    """This rank's share of a step's micro-batches: longest first, dealt out in snake order (0 1 .. N-1
+    N-1 .. 1 0 ..) so the ranks' token counts stay close; padded with None to ceil(n / world) entries on
+    every rank (3 on 2 ranks: [a, None] and [b, c]; 1 on 2 ranks: [a] and [None])."""
+    order = sorted(range(len(micro_batches)), key=lambda i: -micro_batches[i].num_tokens)
+    mine = [micro_batches[i] for k, i in enumerate(order)
+            if (k % world if (k // world) % 2 == 0 else world - 1 - k % world) == rank]
+    return mine + [None] * (-(-len(micro_batches) // world) - len(mine))
+
+
+def _blank(mb):
+    """A one-token micro-batch with no trained token, for a padding slot: it runs the same modules (so the
+    same collectives) as a real one at almost no cost."""
+    cut = {f.name: getattr(mb, f.name)[:, :1] for f in dataclasses.fields(mb)
+           if isinstance(getattr(mb, f.name), torch.Tensor)}
+    cut["position_ids"], cut["mask"] = torch.zeros_like(cut["position_ids"]), torch.zeros_like(cut["mask"])
+    return dataclasses.replace(mb, **cut, sequences=[], shared=[])
+
+
+# ----------------------------------------------------------------------------- wrapping
+
+def _sum_hook(state, bucket):
+    """DDP's all-reduce without its division by the world size (see the module docstring). A comm hook
+    rather than loss * world: the loss keeps its meaning (the step's token mean) and no rounding is added."""
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def wrap(model, mode, reduce_dtype=torch.float32):
+    """The model for training on this process group; build the optimizer afterwards, over the parameters
+    that require grad (FSDP2 replaces them by sharded DTensors). One process: `model` unchanged.
+
+    "ddp": DDP broadcasts rank 0's parameters at construction (so the LoRA init matches everywhere);
+    buffers are not re-broadcast each forward (they are the frozen base's). Returns the DDP module: call it
+    for the forward (its hooks need that) and reach the model as `.module` (lm_head, set_adapter).
+    "fsdp": in place (the model's class becomes an FSDPModule). Each decoder block is one unit: its base
+    weights and LoRA tensors are sharded, all-gathered for its forward and backward; LoRA gradients are
+    reduce-scattered (summed: divide factor 1, sum-only collectives, which gloo needs too) in
+    `reduce_dtype`. Mixed precision: the all-gather dtype (param_dtype) is the base weights' dtype, so a
+    bf16 base with fp32 LoRA master weights gathers uniformly in bf16 ("FSDP expects uniform original
+    parameter dtype" otherwise) and computes exactly as one process does (LoRALinear casts A, B to the
+    input's dtype). Block inputs are not cast (cast_forward_inputs=False): the fp32 RoPE tables stay fp32.
+    The root's own parameters - the embedding, tied to lm_head, and the final norm - are frozen and small
+    next to the blocks: they stay whole on every rank (ignored_params), so `model.lm_head.weight` is a
+    plain tensor the loss can use after the forward, and the tied pair is never split across units.
+    Every rank's adapter is set to rank 0's first (each rank keeps its own slice of its own tensors)."""
+    if mode not in MODES:
+        raise ValueError(f"parallel.wrap: mode must be one of {MODES}, not {mode!r}")
+    world = _rank_world()[1]
+    if world == 1:
+        return model
+    if mode == "ddp":
+        dev = model.lm_head.weight.device
+        ddp = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, forward_sync_buffers=False)
+        ddp.register_comm_hook(None, _sum_hook)
+        return ddp
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                dist.broadcast(p, src=0)
+    mesh = init_device_mesh(model.lm_head.weight.device.type, (world,))
+    mp = MixedPrecisionPolicy(param_dtype=model.lm_head.weight.dtype, reduce_dtype=reduce_dtype,
+                              cast_forward_inputs=False)
+    for block in model.model.layers:
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    in_blocks = {id(p) for p in model.model.layers.parameters()}
+    whole = {p for p in model.parameters() if id(p) not in in_blocks}
+    if any(p.requires_grad for p in whole):
+        raise ValueError("parallel.wrap: fsdp keeps the embedding / lm_head / final norm whole and frozen; "
+                         "a trainable one there is not supported")
+    fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=whole)
+    # CausalLM.forward returns a view (x.view(B, T, H)); FSDP2 warns that an in-place op on it would skip
+    # its backward hook. The loss (grpo.token_logprobs) never writes to it, so the warning is only noise.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPCausalLM\) returned a view tensor")
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def _sync(model, last):
+    """Gradient sync on the last micro-batch of a step only (accumulate locally before it)."""
+    if isinstance(model, DDP):
+        return contextlib.nullcontext() if last else model.no_sync()
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(last)
+    return contextlib.nullcontext()
+
+
+# ----------------------------------------------------------------------------- one step
+
+def train_step(model, opt, params, micro_batches, loss_fn, grad_clip):
+    """One optimizer step over a step's micro-batches (the same list on every rank), this rank taking its
+    `shard`. loss_fn(model, mb) -> (loss, stats): the forward through `model` (the wrapped one) and the
+    loss divided by the step's global trained-token count. Every rank must call this, even with nothing
+    to train. Returns ([(loss, stats) per micro-batch of this rank], global grad norm before clipping,
+    or None when the step had no micro-batch: then nothing changes)."""
+    rank, world = _rank_world()
+    share = shard(micro_batches, rank, world)
+    opt.zero_grad(set_to_none=True)
+    out = []
+    for i, mb in enumerate(share):
+        with _sync(model, last=i == len(share) - 1):
+            loss, stats = loss_fn(model, mb if mb is not None else _blank(micro_batches[0]))
+            (loss if mb is not None else loss * 0).backward()
+        if mb is not None:
+            out.append((loss.detach(), stats))
+    if not share:
+        return out, None
+    # The global norm: DDP's gradients are already the same on every rank; FSDP2's are shards (DTensors),
+    # whose norm is a partial one until full_tensor() all-reduces it.
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    opt.step()
+    return out, norm.item()
+
+
+# ----------------------------------------------------------------------------- saving
+
+def adapter_state(model, name) -> dict:
+    """Adapter `name` as PEFT-key tensors (lora.adapter_state's keys), whole and on the CPU, on rank 0;
+    {} on the other ranks. Under FSDP2 every rank must call it: the shards are gathered
+    (get_model_state_dict; only trainable tensors, so `name` must be the adapter being trained).
+    The adapter config comes from lora.snapshot(model, name)[0] on the unwrapped model as usual."""
+    rank, _ = _rank_world()
+    if isinstance(model, FSDPModule):
+        sd = get_model_state_dict(model, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True, ignore_frozen_params=True))
+        out = {}
+        for k, v in sd.items():
+            module, _, rest = k.rpartition(".lora_")
+            if rest in (f"A.{name}", f"B.{name}"):
+                out[f"{L.PREFIX}{module}.lora_{rest[0]}.weight"] = v
+        return out if rank == 0 else {}
+    if rank != 0:
+        return {}
+    return {k: v.cpu().clone() for k, v in L.adapter_state(getattr(model, "module", model), name).items()}
