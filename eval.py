@@ -149,6 +149,9 @@ async def evaluate(args):
     for a in args.adapters:
         ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
+    sandbox, warning = SB.resolve_sandbox(args.sandbox)     # before a server starts: a refusal leaks nothing
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     if args.server == "local":
         handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
     elif args.server == "vllm":
@@ -158,27 +161,29 @@ async def evaluate(args):
     else:
         handle = SV.start_server(args.server, path)
     client = SV.Client(handle.url, handle.api_key)
-    sandbox, warning = SB.resolve_sandbox(args.sandbox)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
     base, results, pools, proxies = args.model, [], {}, []
     models = [base, *names]
+    # on the server, eval's adapters are eval-<name>: a trainer sharing the server names its versions <name>
+    # too (mini-v24), and eval must neither replace nor unload those; folders: a --model path is not one
+    served = {m: m if m == base else f"eval-{m}" for m in models}
+    folder = {m: f"base-{Path(m).name}" if m == base else m for m in models}
     t0 = time.time()
     try:
         for n, a in names.items():
-            await client.load_adapter(n, Path(a).resolve(), replace=True)     # a shared server may hold the name
+            await client.load_adapter(served[n], Path(a).resolve(), replace=True)
         # One pool per model (the one the trainer uses): each task is a group of --samples rollouts, the
         # sessions split evenly; the reward is train.py's, with this recipe's numbers.
         for m in models:
-            proxy = R.Proxy(client, lambda m=m: (m, 0), {k: cfg[k] for k in ("temperature", "top_p", "max_tokens")},
-                            guard=args.guard == "on")
+            proxy = R.Proxy(client, lambda m=m: (served[m], 0),
+                            {k: cfg[k] for k in ("temperature", "top_p", "max_tokens")}, guard=args.guard == "on")
             proxies.append(proxy)
             await proxy.start()
             it = iter(tasks)
-            pools[m] = R.RolloutPool(harness, proxy, lambda it=it: next(it, None), lambda: 0, out / "sandboxes" / m,
+            pools[m] = R.RolloutPool(harness, proxy, lambda it=it: next(it, None), lambda: 0,
+                                     out / "sandboxes" / folder[m],
                                      max_sessions=max(1, cfg["sessions"] // len(models)), group_size=args.samples,
                                      max_tokens=cfg["max_tokens"], context=cfg["context"], sandbox=sandbox,
-                                     rollouts_dir=out / "rollouts" / m, reward=rollout_reward(cfg))
+                                     rollouts_dir=out / "rollouts" / folder[m], reward=rollout_reward(cfg))
         print(f"evaluating {len(models)} models x {len(tasks)} tasks x {args.samples} samples "
               f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url}", flush=True)
         for p in pools.values():
@@ -195,8 +200,11 @@ async def evaluate(args):
                                     "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
                     print(f"  {m:<20} {g.task.name:<32} score {r.score} tools {r.tool_calls}"
                           f"{' BLOCKED' if r.flagged else ''}", flush=True)
-            if m in names:                       # done with this adapter: its slot is free
-                await client.unload_adapter(m)
+            if m in names:                       # done with this adapter: its slot is free (best effort)
+                try:
+                    await client.unload_adapter(served[m])
+                except RuntimeError as e:
+                    print(f"eval.py: could not unload {served[m]}: {e}", file=sys.stderr, flush=True)
         await asyncio.gather(*(collect(m, p) for m, p in pools.items()))
     finally:                                      # every path: sessions, proxies, client, server
         for p in pools.values():
@@ -230,14 +238,16 @@ def main(argv=None):
     ap.add_argument("--recipe", help="train.py's recipe row for the numbers below when --model is a path "
                                      "(default: the model's own row, else LFM3-1.7B)")
     ap.add_argument("--harness", default="pi", help="pi, opencode, hermes or mini (default: %(default)s)")
-    ap.add_argument("--adapters", nargs="*", default=[], help="PEFT adapter folders to compare with the base (default: none, the base alone)")
+    ap.add_argument("--adapters", nargs="*", default=[],
+                    help="PEFT adapter folders to compare with the base (default: none, the base alone)")
     ap.add_argument("--suite", help=f"task suites under data/ (comma-separated) or a folder {recipe}")
     ap.add_argument("--split", default="eval", choices=["eval", "train", "all"],
                     help="the held-out tasks (default), the training ones, or all")
     ap.add_argument("--samples", type=int, default=1, help="rollouts per task and model (default: %(default)s)")
     ap.add_argument("--sessions", type=int, help=f"concurrent sessions, split evenly over the models {recipe}")
     ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
-    ap.add_argument("--guard", default="on", choices=["on", "off"], help="off: the ablation, calls not checked (default: on)")
+    ap.add_argument("--guard", default="on", choices=["on", "off"],
+                    help="off: the ablation, calls not checked (default: on)")
     ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py (default: %(default)s)")
     ap.add_argument("--temperature", type=float, help=f"sampling temperature {recipe}")
     ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")
@@ -253,7 +263,7 @@ def main(argv=None):
         args.split = None
     try:
         asyncio.run(evaluate(args))
-    except (C.CheckpointError, L.AdapterError, T.TaskError, RuntimeError) as e:
+    except (C.CheckpointError, L.AdapterError, T.TaskError, RuntimeError, ValueError) as e:
         sys.exit(f"eval.py: {e}")
 
 

@@ -491,10 +491,13 @@ class RolloutPool:
                 self.running -= 1
         if self.reward is not None:
             r.reward = self.reward(r)
-        if self.rollouts_dir:
+        if self.rollouts_dir:           # a write that fails (a full disk) is said, not fatal: the group still arrives
             out = Path(self.rollouts_dir) / f"{self.served():05d}" / f"{r.id}.json"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(to_atif(r, self.harness.release), indent=1))
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(to_atif(r, self.harness.release), indent=1))
+            except OSError as e:
+                print(f"rollout {r.id}: could not write {out}: {e}", file=sys.stderr, flush=True)
 
     async def next_group(self, stop, stall_timeout):
         """The next finished group, or None once `stop` is set. Raises StallError, saying why, when no graded

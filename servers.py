@@ -89,8 +89,9 @@ def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
         half = (n + 1) // 2
         server, train = (list(range(half)), list(range(half, n))) if n > 1 else ([0], [0])
     else:
-        server = pick(server_gpus) if server_gpus is not None else [0]
-        train = pick(train_gpus) if train_gpus is not None else [g for g in range(visible) if g not in server][:1]
+        server = list(dict.fromkeys(pick(server_gpus))) if server_gpus is not None else [0]
+        train = list(dict.fromkeys(pick(train_gpus))) if train_gpus is not None else \
+            ([g for g in range(visible) if g not in server] or server)[:1]       # one GPU: shared
     bad = sorted({g for g in server + train if not 0 <= g < visible})
     if bad or not server or not train:
         raise ValueError(f"GPUs {bad or (server, train)}: this machine has {visible} GPU(s) (0..{visible - 1}); "
@@ -169,7 +170,7 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     launcher, cpu = vllm_launcher(env.get("PATH"))
     cmd = launcher + cmd[2:]                    # `vllm serve MODEL ...` -> the launcher + MODEL ...
     if cpu:
-        if C.read_config(C.resolve_model(model_path)).model_type == "lfm2_moe":   # found by hand, 0.32.0
+        if (kw.get("model_type") or C.read_config(C.resolve_model(model_path)).model_type) == "lfm2_moe":
             raise ValueError("vLLM's CPU build serves LFM2-MoE, but not with LoRA: its fused-MoE LoRA kernel needs "
                              "Triton on a GPU (the first request kills the engine). Use --server local, or vLLM on a "
                              "GPU")
@@ -182,27 +183,30 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     url = f"http://127.0.0.1:{port}"
 
     def stop(timeout=30):
-        if proc.poll() is None:
+        try:        # the whole group, even when its first process is gone (vLLM's engine and workers)
             os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait(timeout)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         log.close()
 
     deadline = time.time() + health_timeout
-    while True:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-3000:]
-            stop()
-            raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} ends:\n{tail}")
-        if _healthy(url):
-            return Handle(url, stop, process=proc, api_key=api_key, log=str(log_path))
-        if time.time() > deadline:
-            stop()
-            raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
-        time.sleep(0.5)
+    try:            # any way out but a healthy server (a death, the deadline, Ctrl-C) stops what was started
+        while not _healthy(url):
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} "
+                                   f"ends:\n{tail}")
+            if time.time() > deadline:
+                raise RuntimeError(f"vllm was not healthy after {health_timeout}s; see {log_path}")
+            time.sleep(0.5)
+    except BaseException:
+        stop()
+        raise
+    return Handle(url, stop, process=proc, api_key=api_key, log=str(log_path))
 
 
 def _healthy(url):

@@ -503,6 +503,9 @@ async def run(cfg, resume=False):
     (run_dir / "split.json").write_text(json.dumps(split, indent=1))
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
+    sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")     # before a server starts: a refusal
+    if warning:                                                             # then leaves nothing running
+        print(warning, file=sys.stderr, flush=True)
     if cfg["server"] == "local":
         # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
         # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
@@ -528,9 +531,6 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
     pools, proxies, t_start, died, watch = [], [], time.time(), [], None
     try:
         for t in trainers:

@@ -528,6 +528,8 @@ def test_gpu_plan_overrides_and_bad_indices():
     assert SV.gpu_plan(2, 4, "3")[:2] == ([3], [0])                       # training: the first GPU vLLM leaves
     with pytest.raises(ValueError, match=r"GPUs \[5\]: this machine has 2 GPU"):
         SV.gpu_plan(2, 2, "5")
+    assert SV.gpu_plan(1, 1, "0") == ([0], [0], 0.5)                    # one GPU named: shared, vLLM at most half
+    assert SV.gpu_plan(2, 2, "0,0")[:2] == ([0], [1])                    # a GPU named twice is one GPU
 
 
 def test_vllm_command_places_vllm_on_its_gpus(tmp_path, monkeypatch):

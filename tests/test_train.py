@@ -472,3 +472,9 @@ def test_several_processes_are_refused_until_torchrun_is_supported(env):
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny"], cwd=ROOT,
                        env={**env, "WORLD_SIZE": "2", "RANK": "1"}, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "torchrun" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_eval_says_in_one_line_what_vllm_cannot_serve(env, tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--harness", "mini", "--server", "vllm",
+                        "--out", str(tmp_path / "e")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "no LFM3" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
