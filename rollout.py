@@ -46,6 +46,9 @@ import tasks as T
 from guard import Guard
 
 CONTEXT_ERROR = "maximum context length"
+# the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
+POLICY = "policy"
+
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
 
@@ -232,7 +235,7 @@ class Proxy:
             msg["tool_calls"] = kept
 
     async def _sse(self, request, msg, finish, usage, body):
-        stream = await ChatStream().open(request, body.get("model") or "policy")
+        stream = await ChatStream().open(request, body.get("model") or POLICY)
         await stream.send({"role": "assistant", "content": ""})
         await stream.end(msg.get("content"), msg["tool_calls"], finish,
                          usage if (body.get("stream_options") or {}).get("include_usage") else None)
@@ -292,10 +295,9 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(T.materialize, r.task, work)
-        # the model name the harness is told; whatever it sends, the proxy asks the server for the adapter
-        harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, "policy", max_tokens=max_tokens,
+        harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
                         context=context)
-        launch = harness.launch(r.task.instruction, home, work, tmp, r.id, "policy")
+        launch = harness.launch(r.task.instruction, home, work, tmp, r.id, POLICY)
         argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
@@ -366,7 +368,7 @@ def _tail(path, n=400):
 
 # ----------------------------------------------------------------------------- ATIF
 
-def to_atif(r: Rollout, harness_release="", model_name="policy") -> dict:
+def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
     """The rollout as an ATIF v1.8 trajectory: the conversation the model saw, each model turn with its
     token ids and logprobs in metrics, tool results as observations; reward and verdicts in `extra`."""
     steps = []
