@@ -1,0 +1,154 @@
+"""train.py's command line: its flags (with help and each recipe row's default), the effective config of a
+run (the recipe table's row + flags, or a resumed run's own config.json), and every number's allowed range.
+
+The numbers themselves are train.py's table (SHARED, RECIPES), passed in: this file holds none. eval.py
+checks its numbers with the same `validate`.
+
+Left out: the numbers (train.py), what a run does with them (train.py), eval.py's own flags.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import sandbox as SB
+
+FLAG_HELP = {
+    "steps": "optimizer steps per trainer", "sessions": "concurrent rollouts per trainer",
+    "token_budget": "trained tokens per step (packed into --micro-batches rows)", "rank": "LoRA rank (every linear)",
+    "alpha": "LoRA alpha (scale alpha / rank)", "group_size": "rollouts per task (the GRPO group)",
+    "lr": "AdamW learning rate", "weight_decay": "AdamW weight decay", "grad_clip": "gradient norm clip",
+    "micro_batches": "packed micro-batches per step (one forward/backward each)",
+    "max_staleness": "drop rollouts begun more than this many adapter versions ago",
+    "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
+    "bonus_scale": "tool calls at which the bonus reaches 0",
+    "loss": "tis: truncated importance sampling min(pi/mu, C) for stale rollouts; clip: PPO's clipped ratio",
+    "tis_cap": "C, the cap on the importance weight of --loss tis", "eps_low": "--loss clip: lower clip range",
+    "eps_high": "--loss clip: upper clip range", "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip)",
+    "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
+    "temperature": "sampling temperature (the loss uses the same one)", "top_p": "nucleus sampling",
+    "max_tokens": "tokens per model turn", "context": "the model's context length (prompt + reply)",
+    "save_every": "checkpoint every N steps (and at exit)", "seed": "seed of the LoRA init, task order and split",
+    "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata; all = every one), several comma-separated, "
+             "or a folder; the held-out tasks (HOLDOUT) are never trained on",
+    "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
+    "gpus": "GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus",
+    "gpu_memory": "the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
+}
+
+
+def _default(k, shared, recipes):
+    """'default X' plus each recipe row that sets its own value ('tiny: 24, ...')."""
+    rows = ", ".join(f"{r} {row[k]}" for r, row in recipes.items() if k in row)
+    base = f"default {shared[k]}" if k in shared else "default: per recipe"
+    return f"({base}{'; ' + rows if rows else ''})"
+
+
+def parse_args(argv, shared, recipes, doc):
+    _d = lambda k: _default(k, shared, recipes)     # noqa: E731
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help=f"one of {', '.join(recipes)}, a HF repo id, a checkpoint folder or a .gguf file")
+    ap.add_argument("--recipe", help="recipe row for a --model given as a path (default: LFM3-1.7B)")
+    ap.add_argument("--harness", help="pi, opencode, hermes, mini - or several, comma-separated (NAME:LABEL "
+                                      "for a second trainer in the same harness) " + _d("harness"))
+    ap.add_argument("--server", help="local (embedded), vllm, or the URL of a running server " + _d("server"))
+    ap.add_argument("--run", help="run name, a folder under --runs (default: <model>-<harness>-<time>)")
+    ap.add_argument("--runs", default="runs", help="where runs are written (default: %(default)s)")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
+    ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
+                    help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
+                         "isolated or an error; dir: no isolation (see README, Sandboxes)")
+    ap.add_argument("--keep-sandboxes", action="store_true", default=None,
+                    help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
+    ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "
+                                     "available, else cpu)")
+    ap.add_argument("--server-gpus", help="vLLM's GPUs, comma-separated indices (default: from --gpus)")
+    ap.add_argument("--train-gpus", help="the trainer's GPUs (default: from --gpus; until torchrun, the first)")
+    for k in FLAG_HELP:
+        v = shared.get(k, recipes["LFM3-1.7B"].get(k))
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
+                        help=f"{FLAG_HELP[k]} {_d(k)}")
+    return ap.parse_args(argv)
+
+
+# what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
+# optimizer state and the run's recorded numbers assume those)
+RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout", "gpus",
+                    "gpu_memory", "server_gpus", "train_gpus")
+
+
+def effective_config(args, shared, recipes) -> dict:
+    if args.resume:
+        cf = Path(args.resume) / "config.json"
+        try:
+            cfg = json.loads(cf.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"train.py: --resume {args.resume}: cannot read {cf} ({e}): not a run directory?")
+        given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
+        refused = sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k))
+        if refused:
+            flags = lambda ks: ", ".join("--" + k.replace("_", "-") for k in ks)     # noqa: E731
+            raise SystemExit(f"train.py: --resume cannot change {flags(refused)} (the checkpoint was trained with the "
+                             f"run's own values); it can change {flags(RESUME_OVERRIDES)}. Start a new run for others.")
+        cfg.update({k: v for k, v in given.items() if k in RESUME_OVERRIDES})
+        for k in sorted(shared.keys() - cfg.keys()):     # settings added since the run was started
+            print(f"train.py: {cf} has no {k}: using the table's {shared[k]!r}", file=sys.stderr)
+            cfg[k] = shared[k]
+        validate(cfg)
+        return cfg
+    if not args.model:
+        raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
+    cfg = recipe_config(args.model, args.recipe, shared, recipes)
+    cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
+    validate(cfg)
+    cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
+                                    f"{time.strftime('%Y%m%d-%H%M%S')}"
+    return cfg
+
+
+def recipe_config(model, recipe, shared, recipes, prog="train.py") -> dict:
+    """The table's numbers for a model: SHARED under its RECIPES row (a path or repo id takes `recipe`, else
+    LFM3-1.7B's row)."""
+    recipe = recipe or (model if model in recipes else "LFM3-1.7B")
+    if recipe not in recipes:
+        raise SystemExit(f"{prog}: unknown recipe {recipe!r}; known: {', '.join(recipes)}")
+    return {**shared, **recipes[recipe], "model": model, "recipe": recipe}
+
+
+def _int(lo):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"an integer >= {lo}"
+
+
+def _num(lo, hi=None, lo_open=False, hi_open=False):
+    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+        (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))   # noqa: E731
+    return ok, f"a number {'>' if lo_open else '>='} {lo}" + (f" and {'<' if hi_open else '<='} {hi}" if hi is not None else "")
+
+
+# every number a run takes, with its allowed range: checked up front, one line naming the flag
+LIMITS = {
+    "steps": _int(1), "sessions": _int(1), "token_budget": _int(16), "group_size": _int(2), "micro_batches": _int(1),
+    "rank": _int(1), "alpha": _num(0, lo_open=True), "lr": _num(0, lo_open=True), "weight_decay": _num(0),
+    "grad_clip": _num(0, lo_open=True), "max_staleness": _int(0), "bonus": _num(0), "bonus_scale": _num(0, lo_open=True),
+    "tis_cap": _num(0, lo_open=True), "eps_low": _num(0, 1, lo_open=True, hi_open=True), "eps_high": _num(0, lo_open=True),
+    "ratio_cap": _num(1, lo_open=True), "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
+    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
+    "gpu_memory": _num(0, 1, lo_open=True), "stall_timeout": _num(0, lo_open=True),
+}
+
+
+def validate(cfg, prog="train.py"):
+    """Every numeric setting in its range, before anything starts (a 0 or a NaN used to livelock a run or
+    end in a ZeroDivisionError traceback)."""
+    for k, (ok, want) in LIMITS.items():
+        if cfg.get(k) is not None and not ok(cfg[k]):
+            raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
+    if cfg["loss"] not in ("tis", "clip"):
+        raise SystemExit(f"{prog}: --loss must be tis or clip, not {cfg['loss']!r}")
+    if cfg["max_tokens"] >= cfg["context"]:
+        raise SystemExit(f"{prog}: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
+                         "the prompt needs room too")
