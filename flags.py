@@ -56,7 +56,8 @@ def parse_args(argv, shared, recipes, doc):
     ap.add_argument("--harness", help="pi, opencode, hermes, mini - or several, comma-separated (NAME:LABEL "
                                       "for a second trainer in the same harness) " + _d("harness"))
     ap.add_argument("--server", help="local (embedded), vllm, or the URL of a running server " + _d("server"))
-    ap.add_argument("--run", help="run name, a folder under --runs (default: <model>-<harness>-<time>)")
+    ap.add_argument("--run", "--name", help="run name, a folder under --runs (default: <model>-<harness>-<time>); "
+                                           "--name under torchrun, whose own --run-path swallows --run")
     ap.add_argument("--runs", default="runs", help="where runs are written (default: %(default)s)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
     ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
@@ -67,7 +68,9 @@ def parse_args(argv, shared, recipes, doc):
     ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "
                                      "available, else cpu)")
     ap.add_argument("--server-gpus", help="vLLM's GPUs, comma-separated indices (default: from --gpus)")
-    ap.add_argument("--train-gpus", help="the trainer's GPUs (default: from --gpus; until torchrun, the first)")
+    ap.add_argument("--train-gpus", help="the trainers' GPUs, one torchrun rank each (default: from --gpus)")
+    ap.add_argument("--fsdp", choices=("auto", "on", "off"), help="under torchrun: on = FSDP2 (shard the base), off = "
+                    "DDP (a whole copy per GPU); auto (default): FSDP2 when the weights take over 40%% of a GPU")
     for k in FLAG_HELP:
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
@@ -78,7 +81,7 @@ def parse_args(argv, shared, recipes, doc):
 # what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
 # optimizer state and the run's recorded numbers assume those)
 RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout", "gpus",
-                    "gpu_memory", "server_gpus", "train_gpus")
+                    "gpu_memory", "server_gpus", "train_gpus", "fsdp")
 
 
 def effective_config(args, shared, recipes) -> dict:

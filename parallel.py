@@ -19,12 +19,18 @@ by default, and is switched off here (a comm hook; a divide factor of 1).
 - `train_step(...)`: zero grads, forward/backward over this rank's share (gradient sync on the last one
   only), global grad norm, clip, optimizer step.
 - `adapter_state(model, name)`: the adapter's full tensors under PEFT keys, on rank 0 (a collective under
-  FSDP2: every rank calls it); `broadcast(obj)`: rank 0's object (e.g. the step's micro-batches) to all.
+  FSDP2: every rank calls it); `broadcast(obj)`: rank 0's object (e.g. the step's micro-batches) to all;
+  `gather(list)`: every rank's list, concatenated, on rank 0.
+- Rank 0 drives, the others mirror: `call(obj, "method", *args)` on rank 0 runs obj.method(*args) on every
+  rank (the others are in `follow(objs)`, told which object and method first), so every rank enters the
+  method's collectives in the same order; `release()` ends the followers' loop.
+- `whole(obj)` / `load_whole(params, ...)`: a checkpoint's tensors as one process has them (FSDP2's shards
+  gathered) and back (each rank takes its slice), so a checkpoint is the same file at any world size.
 
 Left out: tensor / pipeline / expert parallelism, sharding the optimizer state of DDP (ZeRO), several
 trainable adapters in one wrapped model (DDP would need find_unused_parameters: each step trains one),
-checkpointing sharded optimizer state (torch.distributed.checkpoint does that), and who does what on
-rank 0 (pools, server, I/O: train.py).
+sharded checkpoints (torch.distributed.checkpoint; here the adapter and its optimizer state are small and
+gathered whole), and who does what on rank 0 (pools, server, I/O: train.py).
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lora as L
@@ -48,23 +54,48 @@ MODES = ("ddp", "fsdp")
 
 # ----------------------------------------------------------------------------- processes
 
-def init():
+def env():
+    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) outside it."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def init(device=None):
     """(rank, world, device) for this process. Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
     MASTER_PORT set) with world > 1 it joins the process group: NCCL for CUDA tensors and gloo for CPU ones
-    (broadcast_object_list, stats) on GPUs, gloo alone on CPU; rank r uses cuda:LOCAL_RANK."""
-    cuda = torch.cuda.is_available()
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    (broadcast_object_list, stats) on GPUs, gloo alone on CPU. device: this rank's (default cuda:LOCAL_RANK,
+    else the CPU)."""
+    rank, world, local = env()
+    device = torch.device(device) if device else torch.device("cuda", local) if torch.cuda.is_available() else \
+        torch.device("cpu")
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
+        _die_with_parent()
         dist.init_process_group("cuda:nccl,cpu:gloo" if cuda else "gloo", device_id=device if cuda else None)
     return rank, world, device
 
 
+def _die_with_parent():
+    """torchrun starts its workers in sessions of their own: a kill -9 of torchrun (or of its process group)
+    would leave them running - rank 0 still writing the run that a --resume then opens a second time. On
+    Linux, the kernel kills this process when its parent (torchrun's agent) dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)       # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):                       # not Linux: rundir's lock still refuses a 2nd writer
+        pass
+    if os.getppid() == 1:                                   # the parent died before the call above
+        os._exit(1)
+
+
 def _rank_world():
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def world():
+    """The number of ranks training together (1 outside torchrun)."""
+    return _rank_world()[1]
 
 
 def broadcast(obj):
@@ -74,6 +105,48 @@ def broadcast(obj):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather(items):
+    """Every rank's list, concatenated in rank order, on rank 0 ([] elsewhere); `items` in one process."""
+    rank, world = _rank_world()
+    if world == 1:
+        return items
+    out = [None] * world if rank == 0 else None
+    dist.gather_object(items, out, dst=0)
+    return [x for part in out for x in part] if rank == 0 else []
+
+
+_busy = []      # a call in progress on rank 0: a failure inside it leaves the other ranks inside a collective
+
+
+def call(obj, method, *args):
+    """On rank 0: obj.method(*args) on every rank, the others first told (via `follow`) which object
+    (`obj.name`) and method, with rank 0's args; returns rank 0's result. One process: a plain call."""
+    if _rank_world()[1] > 1:
+        broadcast((obj.name, method, args))
+    _busy.append(method)
+    out = getattr(obj, method)(*args)
+    _busy.pop()
+    return out
+
+
+def follow(objs):
+    """On ranks > 0: run rank 0's `call`s on the objects of the same names until it calls `release`."""
+    by_name = {o.name: o for o in objs}
+    while (msg := broadcast(None)) is not None:
+        name, method, args = msg
+        getattr(by_name[name], method)(*args)
+
+
+def release():
+    """On rank 0: end the other ranks' `follow` (or their wait to start). Returns False, sending nothing,
+    if a call failed half-way: the others are then inside a collective and cannot be told; the caller
+    exits non-zero and torchrun stops them."""
+    if _rank_world()[1] == 1 or _busy:
+        return not _busy
+    broadcast(None)
+    return True
 
 
 # ----------------------------------------------------------------------------- splitting a step
@@ -217,3 +290,37 @@ def adapter_state(model, name) -> dict:
     if rank != 0:
         return {}
     return {k: v.cpu().clone() for k, v in L.adapter_state(getattr(model, "module", model), name).items()}
+
+
+# ----------------------------------------------------------------------------- checkpoints at any world size
+
+def whole(obj):
+    """obj (a state dict, nested) with every DTensor replaced by its full tensor (a collective: every rank
+    calls it, in the same order); plain tensors and other values as they are."""
+    if isinstance(obj, DTensor):
+        return obj.full_tensor()
+    if isinstance(obj, dict):
+        return {k: whole(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(whole(v) for v in obj)
+    return obj
+
+
+def _like(t, p):
+    """Whole tensor t as parameter p holds it: p's slice of it when p is sharded (no communication: every
+    rank has t), else t on p's device."""
+    t = t.to(p.device)
+    if isinstance(p, DTensor):
+        return distribute_tensor(t, p.device_mesh, p.placements, src_data_rank=None)
+    return t
+
+
+def load_whole(params, tensors, opt, opt_state):
+    """Restore what `whole` saved: tensors[i] into params[i], and an optimizer state dict of whole tensors
+    (one process's format, keyed by parameter index) into opt, sliced to each sharded parameter."""
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            p.copy_(_like(tensors[i], p))
+    state = {i: {k: _like(v, params[i]) if torch.is_tensor(v) and v.dim() else v for k, v in s.items()}
+             for i, s in opt_state["state"].items()}
+    opt.load_state_dict({**opt_state, "state": state})

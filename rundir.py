@@ -10,7 +10,9 @@ Left out: what goes into a checkpoint and when (train.py), remote storage, pruni
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -32,6 +34,23 @@ def write_checkpoint(run_dir, state):
 
 class ResumeError(Exception):
     """--resume cannot go on (no usable checkpoint, a finished or clashing run): the message says why."""
+
+
+def lock(run_dir):
+    """Hold run_dir for this process until it exits (an flock on run_dir/.lock, which the kernel drops when
+    the process dies, kill -9 included). Raises ResumeError if another process holds it: two writers would
+    interleave metrics lines and checkpoints."""
+    f = open(Path(run_dir) / ".lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        raise ResumeError(f"{run_dir} is in use by another train.py (pid {f.read().strip() or '?'}): stop it first, "
+                          "or use another --run") from None
+    f.truncate(0)
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def read_checkpoint(run_dir, names):

@@ -4,6 +4,7 @@
     python train.py --model LFM3-1.7B --harness pi             # the recipe, on GPUs with vLLM
     python train.py --model LFM3-1.7B --harness pi,opencode,hermes --server vllm
     python train.py --resume runs/<name>                       # continue a stopped or killed run
+    torchrun --nproc-per-node 2 train.py --model LFM3-1.7B --harness pi     # 2 GPUs (data parallel)
 
 One process, one frozen base model, one adapter + optimizer + rollout pool + guard proxy per harness, one
 inference server for all of them (embedded, vLLM, or a URL). Per harness, a step (`train_step`, one
@@ -22,14 +23,18 @@ holdout split is HOLDOUT, recorded with the run as split.json), and can be overr
 (adapters, optimizers, step, RNG, data cursor) are written atomically every `--save-every` steps and at
 exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the step, checkpoints).
 
-Left out: multi-node training; FSDP sharding (`torchrun` + FSDP2 wraps model.py from outside); a learning
-rate schedule (the recipe gives none).
+Several GPUs: `torchrun --nproc-per-node N train.py ...` - rank 0 does all of the above; every rank holds
+the model and the adapter, each step's micro-batches are split across ranks and their gradients summed
+(parallel.py: DDP, or FSDP2 with --fsdp), so N ranks make the update one process makes (`Trainer.train`).
+
+Left out: several harnesses in one torchrun (one per run); a learning rate schedule (the recipe gives none).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -47,6 +52,7 @@ import flags as F
 import grpo as G
 import harnesses as H
 import lora as L
+import parallel as P
 import rollout as R
 import rundir as RD
 import sandbox as SB
@@ -157,22 +163,26 @@ class Trainer:
     so staleness is measured in real changes); `served` is the newest version the server has loaded, the
     one new requests use (it lags `version` while a new version is being published)."""
 
-    def __init__(self, spec, model, cfg, run_dir, tasks, client, server=None):
+    def __init__(self, spec, model, cfg, run_dir=None, tasks=()):
         kind = spec.partition(":")[0]
         name = trainer_name(spec)
-        self.name, self.model, self.cfg, self.run_dir, self.client = name, model, cfg, run_dir, client
-        self.server = server                       # the embedded server object when it shares this process
+        self.name, self.model, self.cfg, self.run_dir = name, model, cfg, run_dir
+        self.client = self.server = None           # run() sets them; server: the embedded one, in this process
         self.harness = H.get_harness(kind)
         L.add_lora(model, rank=cfg["rank"], alpha=cfg["alpha"], adapters=(name,), seed=cfg["seed"])
-        self.params = L.lora_parameters(model, name)
-        for p in self.params:
+        for p in L.lora_parameters(model, name):
             p.requires_grad_(True)
-        self.opt = torch.optim.AdamW(self.params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.step, self.version, self.cursor, self.served = 0, 0, 0, None
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
-        self.proxy, self.snap = None, None
+        self.proxy, self.snap, self.loss_tokens = None, None, 0
+
+    def ready(self, net):
+        """The optimizer, built over this adapter's parameters as the wrapped model `net` holds them
+        (parallel.wrap: FSDP2 swaps them for shards; the model itself with one process)."""
+        self.net, self.params = net, L.lora_parameters(self.model, self.name)
+        self.opt = torch.optim.AdamW(self.params, lr=self.cfg["lr"], weight_decay=self.cfg["weight_decay"])
 
     def next_task(self):
         task = self.order[self.cursor % len(self.order)]
@@ -185,8 +195,11 @@ class Trainer:
 
     def take_snapshot(self):
         """A copy of the live adapter, taken under TRAIN_LOCK right after an optimizer step: what publish()
-        serves as version `step` while training goes on."""
-        self.snap = L.snapshot(self.model, self.name, str(self.cfg["model"]))
+        serves as version `step` while training goes on. Every rank (FSDP2 gathers the shards)."""
+        config, tensors = L.snapshot(self.model, self.name, str(self.cfg["model"]))
+        if isinstance(self.net, P.FSDPModule):
+            tensors = P.adapter_state(self.net, self.name)
+        self.snap = config, tensors
 
     async def publish(self):
         """Serve the weights of version `version`, then hand that version to new requests; unload versions
@@ -211,54 +224,61 @@ class Trainer:
         self.sync_time = time.time() - t0
 
     def optimize(self, packed, commit):
-        """Forward/backward over the packed micro-batches, one AdamW step, and the step's commit: `step`
-        advances, the snapshot is taken and commit(stats) writes the metrics line, all under the lock a
-        checkpoint snapshot takes, so a checkpoint never holds new weights without their step.
-        Runs in a worker thread while the server keeps decoding."""
-        cfg, model, dev = self.cfg, self.model, self.model.device
-        if dev.type == "cpu" and self.server is not None:     # the embedded engine has the other half
+        """The step's update (`train`, on every rank) and its commit: `step` advances and commit(stats)
+        writes the metrics line, under the lock a checkpoint snapshot takes, so a checkpoint never holds new
+        weights without their step. Runs in a worker thread while the server keeps decoding."""
+        if self.model.device.type == "cpu" and self.server is not None:     # the embedded engine has the other half
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - (self.server.engine.threads or 0)))
         with TRAIN_LOCK:
-            model.train()
-            self.opt.zero_grad(set_to_none=True)
+            # under torchrun the micro-batches go to every rank (only what the loss reads: not the sequences)
+            mbs = [dataclasses.replace(mb, sequences=[], shared=[]) for mb in packed.micro_batches]
+            out, grad_norm = P.call(self, "train", mbs, packed.loss_tokens)
             stats = G.StepStats()
-            for mb in packed.micro_batches:
-                ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
-                    mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
-                ref = None
-                if cfg["beta"]:       # the base model's logprobs for the KL term: adapter off, no gradient
-                    with torch.no_grad():
-                        L.set_adapter(model, None)
-                        ref = G.token_logprobs(model(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                                               temperature=cfg["temperature"])
-                L.set_adapter(model, self.name)
-                logp = G.token_logprobs(model(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                                        temperature=cfg["temperature"])    # the server's sampling distribution
-                loss, st = G.grpo_loss(logp, old, adv, mask, num_tokens=packed.loss_tokens, **loss_settings(cfg),
-                                       ref_logp=ref, fresh=ver == self.version)   # sampled by these weights
-                loss.backward()
+            for loss, st in out:
                 stats.add(loss, st)
-            grad_norm = None
-            if packed.micro_batches:
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg["grad_clip"]).item()
-                self.opt.step()
-                self.version += 1
-                self.take_snapshot()
-            model.eval()
             self.step += 1
             return commit({**stats.means(), "grad_norm": grad_norm})
 
+    def train(self, micro_batches, loss_tokens):
+        """Every rank: forward/backward over its share of the micro-batches (parallel.train_step), the
+        gradients summed over ranks, one AdamW step, version + 1 and the snapshot. Returns every rank's
+        (loss, stats) per micro-batch on rank 0, and the grad norm (None: nothing to train, nothing changed)."""
+        self.loss_tokens = loss_tokens
+        self.model.train()
+        out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches, self.loss, self.cfg["grad_clip"])
+        self.model.eval()
+        if grad_norm is not None:
+            self.version += 1
+            self.take_snapshot()
+        return P.gather(out), grad_norm
+
+    def loss(self, net, mb):
+        """grpo_loss of one micro-batch through `net`, normalised by the step's trained-token count."""
+        cfg, model, dev = self.cfg, self.model, self.model.lm_head.weight.device
+        ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
+            mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
+        ref = None
+        if cfg["beta"]:       # the base model's logprobs for the KL term: adapter off, no gradient
+            with torch.no_grad():
+                L.set_adapter(model, None)
+                ref = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+                                       temperature=cfg["temperature"])
+        L.set_adapter(model, self.name)
+        logp = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+                                temperature=cfg["temperature"])    # the server's sampling distribution
+        return G.grpo_loss(logp, old, adv, mask, num_tokens=self.loss_tokens, **loss_settings(cfg),
+                           ref_logp=ref, fresh=ver == self.version)   # sampled by these weights
+
     def state(self):
+        """Every rank; whole tensors (FSDP2's shards gathered): the same checkpoint at any world size."""
         return {"step": self.step, "version": self.version, "cursor": self.cursor,
-                "adapter": {i: p.detach().cpu() for i, p in enumerate(self.params)},
-                "optimizer": self.opt.state_dict()}
+                "adapter": {i: P.whole(p.detach()).cpu() for i, p in enumerate(self.params)},
+                "optimizer": P.whole(self.opt.state_dict())}
 
     def restore(self, st):
+        """Every rank, from rank 0's copy of the checkpoint."""
         self.step, self.version, self.cursor = st["step"], st.get("version", st["step"]), st["cursor"]
-        with torch.no_grad():
-            for i, p in enumerate(self.params):
-                p.copy_(st["adapter"][i])
-        self.opt.load_state_dict(st["optimizer"])
+        P.load_whole(self.params, st["adapter"], self.opt, st["optimizer"])
 
 
 TRAIN_LOCK = threading.Lock()       # one forward/backward at a time on the shared base
@@ -326,6 +346,71 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     return True
 
 
+# ----------------------------------------------------------------------------- processes and GPUs
+
+def placement(cfg, local_rank):
+    """(vLLM's GPUs, the trainers' GPUs, vLLM's share of its GPUs, this rank's device) - servers.gpu_plan for
+    vLLM; under torchrun rank r trains on the r-th training GPU (on its node)."""
+    serve_on, train_on, memory = ([], [], 0) if cfg["server"] != "vllm" else SV.gpu_plan(
+        cfg["gpus"], torch.cuda.device_count(), cfg.get("server_gpus"), cfg.get("train_gpus"), cfg["gpu_memory"])
+    device = cfg.get("device") or (f"cuda:{train_on[local_rank]}" if len(train_on) > local_rank else
+                                   f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    return serve_on, train_on, memory, device
+
+
+def check_world(cfg, world):
+    """torchrun's process count against the run: one line saying what to launch instead."""
+    if world == 1:
+        return
+    names = [h for h in cfg["harness"].split(",") if h.strip()]
+    launch = "torchrun --nproc-per-node"
+    if len(names) > 1:     # each adapter would need its own data-parallel group (parallel.py: one trained adapter)
+        raise SystemExit(f"train.py: under torchrun a run trains one harness, not {len(names)} ({cfg['harness']}): "
+                         "one torchrun per harness, or all of them in one process")
+    if world > cfg["micro_batches"]:
+        raise SystemExit(f"train.py: {world} processes for {cfg['micro_batches']} micro-batches a step: the extra ranks "
+                         f"would never train; {launch} {cfg['micro_batches']} at most, or raise --micro-batches")
+    if cfg.get("device"):
+        raise SystemExit("train.py: --device is for one process; under torchrun rank r trains on the r-th training GPU")
+    if torch.cuda.is_available():
+        serve_on, train_on, _, _ = placement(cfg, 0)
+        want = len(train_on) if serve_on else cfg["gpus"] or torch.cuda.device_count()
+        if world != want:
+            raise SystemExit(f"train.py: launched with {world} processes, but {cfg['model']} trains on {want} GPU(s) "
+                             f"({'vLLM on ' + str(serve_on) + ', training on ' + str(train_on) if serve_on else 'gpus ' + str(cfg['gpus'])}): "
+                             f"{launch} {want}, or set --gpus / --train-gpus")
+
+
+def build(cfg, path, device, names, run_dir=None, tasks=()):
+    """Every rank: the frozen base, one Trainer (adapter) per harness, the model wrapped for data parallelism
+    (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process) and then the optimizers."""
+    model = C.load_model(path, device=device)
+    trainers = [Trainer(n, model, cfg, run_dir, tasks) for n in names]
+    mode = None
+    if P.world() > 1:
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        # auto: shard what leaves too little of one GPU for a micro-batch's activations (and optimizer state)
+        big = model.lm_head.weight.is_cuda and weights > 0.4 * torch.cuda.get_device_properties(device).total_memory
+        mode = "fsdp" if cfg.get("fsdp") == "on" or (cfg.get("fsdp", "auto") == "auto" and big) else "ddp"
+    net = P.wrap(model, mode) if mode else model
+    for t in trainers:
+        t.ready(net)
+    return model, trainers, mode
+
+
+def follow(cfg, device):
+    """Ranks > 0 under torchrun: the same model, adapter and optimizer as rank 0, in lockstep with it: each
+    step's update, snapshot, checkpoint and restore runs here when rank 0 runs it (parallel.call). No server,
+    pool or file of their own; Ctrl-C is rank 0's to handle (it finishes the step, then releases them)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if not P.broadcast(None):         # rank 0 stopped before training (a finished run, a refusal)
+        return
+    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    _, trainers, _ = build(cfg, model_path(cfg["model"], cfg["seed"]), device, names)
+    P.follow(trainers)
+
+
 # ----------------------------------------------------------------------------- checkpoints, metrics
 
 def save_checkpoint(run_dir, trainers):
@@ -335,14 +420,14 @@ def save_checkpoint(run_dir, trainers):
     newer snapshot must land last."""
     with CHECKPOINT_LOCK:
         with TRAIN_LOCK:
-            state = copy.deepcopy({"trainers": {t.name: t.state() for t in trainers}, "rng": {
+            state = copy.deepcopy({"trainers": {t.name: P.call(t, "state") for t in trainers}, "rng": {
                 "torch": torch.get_rng_state(), "python": random.getstate()}})
         RD.write_checkpoint(run_dir, state)
 
 
 def restore_checkpoint(st, trainers):
     for t in trainers:
-        t.restore(st["trainers"][t.name])
+        P.call(t, "restore", st["trainers"][t.name])     # every rank
     torch.set_rng_state(st["rng"]["torch"])
     random.setstate(st["rng"]["python"])
 
@@ -352,6 +437,8 @@ def restore_checkpoint(st, trainers):
 async def run(cfg, resume=False):
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_lock = RD.lock(run_dir)         # one writer per run: a second train.py on it is refused
     if resume:      # read and judge the checkpoint before anything on disk changes
         st, where = RD.read_checkpoint(run_dir, [trainer_name(n) for n in names])
         at = {trainer_name(n): st["trainers"][trainer_name(n)]["step"] for n in names}
@@ -363,19 +450,14 @@ async def run(cfg, resume=False):
               + "; metrics.jsonl kept up to those steps", flush=True)
     elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in RD.CHECKPOINTS):
         raise RD.ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "resume_dir"},
                                                     indent=2, default=str) + "\n")
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
-    serve_on, train_on, memory = ([], [], 0) if cfg["server"] != "vllm" else SV.gpu_plan(
-        cfg["gpus"], torch.cuda.device_count(), cfg.get("server_gpus"), cfg.get("train_gpus"), cfg["gpu_memory"])
-    device = cfg.get("device") or (f"cuda:{train_on[0]}" if train_on else "cuda" if torch.cuda.is_available() else
-                                   "cpu")
+    serve_on, train_on, memory, device = placement(cfg, 0)
     if serve_on:
-        print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on {device}", flush=True)
-    path = model_path(cfg["model"], cfg["seed"])
-    model = C.load_model(path, device=device)
+        print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
+              f"{train_on if P.world() > 1 else device}", flush=True)
     split = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
     train_tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
     (run_dir / "split.json").write_text(json.dumps(split, indent=1))
@@ -384,11 +466,18 @@ async def run(cfg, resume=False):
     sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")     # before a server starts: a refusal
     if warning:                                                             # then leaves nothing running
         print(warning, file=sys.stderr, flush=True)
+    path = model_path(cfg["model"], cfg["seed"])
+    P.broadcast(True)           # torchrun: the other ranks build the same model, adapters and optimizers now
+    model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
+    if mode:
+        print(f"torchrun: {P.world()} ranks, {mode.upper()}; this rank (0) serves, drives the rollouts and writes "
+              "every file", flush=True)
     if cfg["server"] == "local":
         # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
         # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
         threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
-        handle = S.start_local(path, model=model, name=str(cfg["model"]), max_model_len=cfg["context"],
+        # FSDP2 shards the trainer's copy: the engine decodes from a whole one of its own
+        handle = S.start_local(path, model=model if mode != "fsdp" else C.load_model(path, device=device), name=str(cfg["model"]), max_model_len=cfg["context"],
                                threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
     elif cfg["server"] == "vllm":     # it holds every version a rollout may still use: the staleness window's
         handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"], served_name=cfg["model"],
@@ -397,7 +486,8 @@ async def run(cfg, resume=False):
     else:
         handle = SV.start_server(cfg["server"], path)
     client = SV.Client(handle.url, handle.api_key)
-    trainers = [Trainer(n, model, cfg, run_dir, train_tasks, client, server=handle.server) for n in names]
+    for t in trainers:
+        t.client, t.server = client, handle.server
     if resume:
         restore_checkpoint(st, trainers)
         dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
@@ -414,7 +504,7 @@ async def run(cfg, resume=False):
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                   "max_tokens": cfg["max_tokens"]})
-            t.take_snapshot()
+            P.call(t, "take_snapshot")
             await t.publish()               # version `step` is loaded before any rollout asks for it
             await t.proxy.start()
             pool = R.RolloutPool(t.harness, t.proxy, t.next_task, lambda t=t: t.served, run_dir / "sandboxes" / t.name,
@@ -452,6 +542,7 @@ async def run(cfg, resume=False):
             await asyncio.gather(*t.writes, return_exceptions=True)
         await client.close()
         handle.stop()
+        run_lock.close()
     RD.summary(run_dir, {t.name: (t.step, run_dir / "adapters" / version_name(t.name, t.version)) for t in trainers},
                time.time() - t_start)
     if died:
@@ -462,16 +553,26 @@ async def run(cfg, resume=False):
 
 
 def main(argv=None):
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:     # torchrun: N full trainers would share one run and GPU
-        sys.exit("train.py: several processes (torchrun) are not supported yet; run one process (parallel.py)")
-    args = parse_args(argv)
-    cfg = effective_config(args)
+    rank, world, local = P.env()
+    try:
+        args = parse_args(argv)
+        cfg = effective_config(args)
+        check_world(cfg, world)
+    except SystemExit as e:          # under torchrun every rank finds the same mistake: rank 0 says it
+        sys.exit(e.code if rank == 0 else 1)
     if args.resume:
         cfg["resume_dir"] = args.resume
+    _, _, device = P.init(placement(cfg, local)[3])
+    cfg = P.broadcast(cfg)           # rank 0's (its run name has a timestamp)
+    if rank > 0:
+        return follow(cfg, device)
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
         sys.exit(f"train.py: {e}")
+    finally:
+        if not P.release():          # failed inside a collective: the other ranks wait in it; torchrun stops them
+            print("train.py: rank 0 failed during a step; the other ranks are stopped by torchrun", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pytest
 
 import lora as L
 import rundir as RD
+import servers as SV
 import tiny
 from conftest import write_length_suite
 
@@ -60,6 +61,9 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
             urllib.request.urlopen(req, timeout=30)
         assert e.value.code == 400, (path, e.value.read())
     after_faults = len(metrics(run))
+    second = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)      # a second writer on a live run
+    assert second.returncode != 0 and "is in use by another train.py" in second.stderr, second.stderr
     while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
             len({(m["harness"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
         assert p.poll() is None, p.stdout.read()      # the server keeps serving: steps go on after the faults
@@ -467,11 +471,84 @@ def test_twil_8b_without_a_checkpoint_says_what_to_download_and_pass(tmp_path, e
     assert "no public checkpoint" in p.stderr and "--model /path/to/checkpoint --recipe TwIL-8B" in p.stderr
 
 
-def test_several_processes_are_refused_until_torchrun_is_supported(env):
-    """Under torchrun every process would be a whole trainer on one run dir and one GPU: refused, saying so."""
-    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny"], cwd=ROOT,
-                       env={**env, "WORLD_SIZE": "2", "RANK": "1"}, capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "torchrun" in p.stderr and "Traceback" not in p.stderr, p.stderr
+def torchrun(args, env, nproc=2):
+    """train.py under torchrun on the CPU (gloo), its own process group so a test can kill -9 all of it."""
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                             "--master-port", str(SV.free_port()), str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def alive(pid):
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def rank_children(pid, pids=False):
+    """torchrun's workers by RANK -> how many child processes each has now (pids: worker pid -> rank)."""
+    def children(p):
+        try:
+            return [int(c) for task in Path(f"/proc/{p}/task").iterdir() for c in (task / "children").read_text().split()]
+        except OSError:
+            return []
+    out = {}
+    for w in children(pid):
+        try:
+            rank = dict(kv.split("=", 1) for kv in Path(f"/proc/{w}/environ").read_text().split("\0") if "=" in kv)["RANK"]
+        except (OSError, KeyError):
+            continue
+        out[rank] = w if pids else len(children(w))
+    return {v: k for k, v in out.items()} if pids else out
+
+
+@pytest.mark.parametrize("fsdp", ["off", "on"])
+def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
+    """Issue 19: 2 ranks (DDP, or FSDP2) train the main job: one metrics line per step, one adapter per version,
+    the rollouts driven once (rank 0); killed with -9 mid-run, the run resumes in one process."""
+    run = tmp_path / "runs" / "r"
+    args = ["--model", "tiny", "--runs", str(tmp_path / "runs"), "--name", "r", "--sessions", "16", "--save-every", "1",
+            "--fsdp", fsdp]
+    p = torchrun([*args, "--steps", "3"], env)
+    spawned = {}              # rank -> most child processes seen (harness sessions, the sandbox): only rank 0 has any
+    while p.poll() is None:
+        for rank, n in rank_children(p.pid).items():
+            spawned[rank] = max(spawned.get(rank, 0), n)
+        time.sleep(0.2)
+    out = p.stdout.read()
+    assert p.returncode == 0, out[-3000:]
+    assert spawned.get("0", 0) > 0 and spawned.get("1") == 0, spawned
+    assert f"torchrun: 2 ranks, {'FSDP' if fsdp == 'on' else 'DDP'}" in out, out[-3000:]
+    ms = metrics(run)
+    assert [m["step"] for m in ms] == [1, 2, 3], ms              # one line per step, not one per rank
+    versions = sorted(int(d.name.rsplit("-v", 1)[1]) for d in (run / "adapters").iterdir())
+    assert versions == list(range(ms[-1]["version"] + 1)), versions
+    assert sum(m["rollouts"] for m in ms) <= len(list((run / "rollouts" / "mini").rglob("*.json")))
+
+    p = torchrun(["--resume", str(run), "--steps", "6"], env)      # further, then killed mid-step
+    deadline = time.time() + 300
+    while len(metrics(run)) < 4 and time.time() < deadline:
+        assert p.poll() is None, p.stdout.read()[-3000:]
+        time.sleep(0.2)
+    workers = [int(w) for w in rank_children(p.pid, pids=True)]
+    os.killpg(p.pid, signal.SIGKILL)          # torchrun's group: its workers are in sessions of their own...
+    p.wait()
+    while any(alive(w) for w in workers):
+        time.sleep(0.1)                       # ...and die with it (parallel.init), else this would wait forever
+    one = train(["--resume", str(run), "--steps", "6"], env)      # a different world size: one process
+    out, _ = one.communicate(timeout=600)
+    assert one.returncode == 0, out[-3000:]
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--harness", "mini,mini:b"], "a run trains one harness"), (["--micro-batches", "1"], "the extra ranks"),
+    (["--device", "cpu"], "--device is for one process"),
+])
+def test_torchrun_world_sizes_that_do_not_fit_are_refused(env, extra, needle):
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *extra], cwd=ROOT,
+                       env={**env, "WORLD_SIZE": "2", "RANK": "0"}, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_eval_says_in_one_line_what_vllm_cannot_serve(env, tmp_path):
