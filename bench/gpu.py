@@ -4,6 +4,13 @@ chunked log-probs + the clipped loss + backward + AdamW. Prints step time, train
 peak memory, with and without activation checkpointing.
 
     python bench/gpu.py [--budget 65536] [--steps 3] [--peak-tflops 989]
+    torchrun --nproc-per-node 2 bench/gpu.py --parallel     # the same step on 2 GPUs: DDP and FSDP2 rows
+    torchrun --nproc-per-node 2 bench/gpu.py --parallel --smoke     # CPU (gloo), a tiny shape: the script runs
+
+--parallel (under torchrun): the step as train.py runs it on N ranks - parallel.wrap (DDP, then FSDP2), the
+micro-batches split across ranks (parallel.train_step), gradients summed - one row per mode, step time of the
+slowest rank, tokens/s of the whole step, peak memory of rank 0. The step's tokens are the same as one
+process's: at 2 ranks each does half.
 
 MFU counts the matmul FLOPs a LoRA step must do: forward 2*N*T plus the input-gradient half of backward
 2*N*T for the frozen base (no weight gradients), the LoRA matmuls, the lm_head (forward, and its
@@ -23,6 +30,7 @@ import checkpoint as C  # noqa: E402
 import grpo as G  # noqa: E402
 import lora as L  # noqa: E402
 import model as M  # noqa: E402
+import parallel as P  # noqa: E402
 from train import SHARED, loss_settings  # noqa: E402
 
 LFM3_1_7B = dict(model_type="lfm3", vocab_size=128000, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
@@ -47,6 +55,24 @@ def step_flops(model, seqs, rank):
     return f
 
 
+def build(cfg, dev, rank, mode=None):
+    """Random bf16 weights (seeded: the same on every rank), a rank-`rank` LoRA, wrapped for `mode`."""
+    torch.manual_seed(0)
+    with dev:
+        model = M.CausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else torch.randn_like(p) * 0.02)
+    model.to(torch.bfloat16).requires_grad_(False).eval()
+    L.add_lora(model, rank=rank, alpha=rank, adapters=("pi",), seed=0)
+    L.set_adapter(model, "pi")
+    for p in L.lora_parameters(model, "pi"):
+        p.requires_grad_(True)
+    net = P.wrap(model, mode) if mode else model
+    params = L.lora_parameters(model, "pi")          # after wrapping: FSDP2's shards
+    return net, params, torch.optim.AdamW(params, lr=1e-5)
+
+
 def sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -61,24 +87,15 @@ def main():
     ap.add_argument("--median", type=int, default=6000, help="median sequence length of the mix")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to check the script runs")
+    ap.add_argument("--parallel", action="store_true", help="under torchrun: DDP and FSDP2 rows (see above)")
     args = ap.parse_args()
-    dev = torch.device("cpu" if args.smoke else "cuda")
+    if args.parallel:
+        dev = P.init("cpu" if args.smoke else None)[2]
+    else:
+        dev = torch.device("cpu" if args.smoke else "cuda")
     shape = dict(LFM3_1_7B, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=16, intermediate_size=128, vocab_size=1000) if args.smoke else LFM3_1_7B
     cfg = C.parse_config(dict(shape))
-    torch.manual_seed(0)
-    with dev:
-        model = M.CausalLM(cfg)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else torch.randn_like(p) * 0.02)
-    model.to(torch.bfloat16).requires_grad_(False).eval()
-    L.add_lora(model, rank=args.rank, alpha=args.rank, adapters=("pi",), seed=0)
-    L.set_adapter(model, "pi")
-    params = L.lora_parameters(model, "pi")
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=1e-5)
     rng = random.Random(0)
     seqs = []
     while sum(len(s) for s in seqs) < 2 * args.budget:
@@ -86,39 +103,95 @@ def main():
         seqs.append(G.Sequence([rng.randrange(cfg.vocab_size) for _ in range(n)], [0] * 200 + [1] * (n - 200),
                                [-1.0] * n, rng.choice([-1.0, 1.0])))
     packed = G.pack(seqs, args.budget, args.micro_batches)
+    where = f"{torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}"
+    if args.parallel:
+        return parallel(args, cfg, dev, packed, where)
+    model, params, opt = build(cfg, dev, args.rank)
     flops = step_flops(model, [s for mb in packed.micro_batches for s in mb.sequences], args.rank)
     n_params = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     print(f"# LFM3-1.7B shape ({n_params / 1e9:.2f} B params, bf16) + LoRA r={args.rank} "
           f"({sum(p.numel() for p in params) / 1e6:.1f} M trainable); step of {packed.tokens} tokens "
           f"(fill {packed.fill:.0%}) in {len(packed.micro_batches)} micro-batches "
-          f"{[mb.num_tokens for mb in packed.micro_batches]}; {torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}")
+          f"{[mb.num_tokens for mb in packed.micro_batches]}; {where}")
     print(f"{'checkpointing':<15}{'step s':>9}{'tokens/s':>11}{'TFLOP/s':>10}{'MFU':>7}{'peak GiB':>10}")
     for ckpt in (False, True):
         model.gradient_checkpointing = ckpt
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        times = []
-        for i in range(args.steps + 1):
-            sync()
-            t0 = time.perf_counter()
-            model.train()
-            opt.zero_grad(set_to_none=True)
-            for mb in packed.micro_batches:
-                h = model(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
-                logp = G.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
-                loss, _ = G.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
-                                      num_tokens=packed.loss_tokens, **loss_settings(SHARED))
-                loss.backward()
-                del h, logp, loss
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sync()
-            if i:        # the first step warms up
-                times.append(time.perf_counter() - t0)
-        t = sorted(times)[len(times) // 2]
+        t = timed(args.steps, dev, lambda: plain_step(model, opt, params, packed, dev))
         tf = flops / t / 1e12
         print(f"{'on' if ckpt else 'off':<15}{t:>9.2f}{packed.tokens / t:>11.0f}{tf:>10.0f}{tf / args.peak_tflops:>7.1%}"
-              f"{(torch.cuda.max_memory_allocated() if dev.type == 'cuda' else 0) / 2**30:>10.1f}")
+              f"{peak(dev):>10.1f}")
+
+
+def loss_fn(model, packed, dev):
+    """parallel.train_step's loss_fn: the forward through `net` (wrapped or not), the loss over the step."""
+    def f(net, mb):
+        h = net(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
+        logp = G.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
+        return G.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
+                           num_tokens=packed.loss_tokens, **loss_settings(SHARED))
+    return f
+
+
+def plain_step(model, opt, params, packed, dev):
+    """One process, every micro-batch: what train.py runs without torchrun."""
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    for mb in packed.micro_batches:
+        loss, _ = loss_fn(model, packed, dev)(model, mb)
+        loss.backward()
+        del loss
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def peak(dev):
+    return (torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0) / 2**30
+
+
+def timed(steps, dev, step, across=True):
+    """Median seconds of `steps` calls of step() after one warm-up; across ranks: the slowest rank's."""
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(steps + 1):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        if i:        # the first step warms up
+            times.append(time.perf_counter() - t0)
+    t = torch.tensor(sorted(times)[len(times) // 2])
+    if across and P.world() > 1:
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.item()
+
+
+def parallel(args, cfg, dev, packed, where):
+    """Rank 0 alone (one process's step), then DDP and FSDP2 over every rank of this torchrun: one row each."""
+    rank, world = torch.distributed.get_rank() if P.world() > 1 else 0, P.world()
+    if rank == 0:
+        print(f"# LFM3-1.7B shape, LoRA r={args.rank}, step of {packed.tokens} tokens in {len(packed.micro_batches)} "
+              f"micro-batches, {world} ranks; {where}")
+    rows = []
+    for mode in (None, "ddp", "fsdp"):
+        if mode is not None or rank == 0:
+            net, params, opt = build(cfg, dev, args.rank, mode)
+            model = getattr(net, "module", net)
+            if mode is None:
+                t = timed(args.steps, dev, lambda: plain_step(net, opt, params, packed, dev), across=False)
+            else:
+                t = timed(args.steps, dev, lambda: P.train_step(net, opt, params, packed.micro_batches,
+                                                               loss_fn(model, packed, dev), 1.0))
+            rows.append((mode or "one process", 1 if mode is None else world, t, peak(dev)))
+            del net, params, opt, model
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        if world > 1:
+            torch.distributed.barrier()
+    if rank == 0:
+        print(f"{'mode':<13}{'ranks':>6}{'step s':>9}{'tokens/s':>11}{'speed-up':>10}{'peak GiB':>10}")
+        for name, n, t, mem in rows:
+            print(f"{name:<13}{n:>6}{t:>9.2f}{packed.tokens / t:>11.0f}{rows[0][2] / t:>9.2f}x{mem:>10.1f}")
 
 
 if __name__ == "__main__":

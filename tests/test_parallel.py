@@ -74,14 +74,21 @@ def train(ckpt, mode, micro_batches, dtype=F32):
             return G.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, **LOSS)
         _, norm = P.train_step(net, opt, params, packed.micro_batches, loss_fn, grad_clip=1.0)
         norms.append(norm)
-    return P.adapter_state(net, "a"), norms, before
+    # a checkpoint as train.py writes it (whole tensors, by parameter index), and loaded back: a no-op
+    saved = P.whole({"params": [p.detach() for p in params], "opt": opt.state_dict()})
+    mine = [p.detach().clone() for p in params]
+    P.load_whole(params, saved["params"], opt, saved["opt"])
+    assert all(torch.equal(getattr(a, "_local_tensor", a), getattr(p.detach(), "_local_tensor", p.detach()))
+               for a, p in zip(mine, params))
+    return P.adapter_state(net, "a"), norms, before, saved
 
 
 def worker(out_dir, ckpts):    # under torchrun: every case, rank 0 writes the results
     rank, world, _ = P.init()
     assert world == 2
     torch.set_num_threads(1)
-    results = {name: train(ckpts[mt], mode, n, dtype)[:2] for name, (mt, mode, n, dtype) in CASES.items()}
+    results = {name: train(ckpts[mt], mode, n, dtype) for name, (mt, mode, n, dtype) in CASES.items()}
+    results = {name: (r[0], r[1], r[3]) for name, r in results.items()}
     if rank == 0:
         torch.save(results, Path(out_dir) / "results.pt")
     torch.distributed.destroy_process_group()
@@ -122,18 +129,24 @@ def max_diff(a, b):
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c][1]])
 def test_two_ranks_train_the_same_adapter_as_one_process(case, two_ranks, ckpts):
     mt, mode, n, dtype = CASES[case]
-    state, norms = two_ranks[case]
-    ref_state, ref_norms, before = one_process(ckpts, mt, n, dtype)
+    state, norms, saved = two_ranks[case]
+    ref_state, ref_norms, before, ref_saved = one_process(ckpts, mt, n, dtype)
     d = max_diff(state, ref_state)
     print(f"{case}: max |delta| = {d:.2e}, grad norms {norms} vs {ref_norms}")
     assert d <= TOL[dtype], f"{case}: adapters differ by {d:.2e}"
     assert norms == pytest.approx(ref_norms, rel=1e-5)      # the sum over ranks, not their mean
     assert max_diff(ref_state, before) > 1e-3                # training did move the weights
+    # the checkpoint's tensors: whole, the same as one process's (FSDP2's shards gathered), optimizer state too
+    ours = {f"p{i}": v for i, v in enumerate(saved["params"])} | {
+        f"o{i}.{k}": v for i, s in saved["opt"]["state"].items() for k, v in s.items() if v.dim()}
+    ref = {f"p{i}": v for i, v in enumerate(ref_saved["params"])} | {
+        f"o{i}.{k}": v for i, s in ref_saved["opt"]["state"].items() for k, v in s.items() if v.dim()}
+    assert max_diff(ours, ref) <= TOL[dtype] * 10, case      # Adam's second moments: squared gradients
 
 
 def test_without_the_collective_ranks_diverge(two_ranks, ckpts):
-    state, norms = two_ranks["no-collective"]
-    ref_state, ref_norms, _ = one_process(ckpts, "lfm3", 4)
+    state, norms, _ = two_ranks["no-collective"]
+    ref_state, ref_norms, _, _ = one_process(ckpts, "lfm3", 4)
     assert max_diff(state, ref_state) > 1e-3
     assert norms != pytest.approx(ref_norms, rel=1e-3)
 
@@ -145,6 +158,17 @@ def test_shard_gives_every_rank_the_same_count():
         assert {len(s) for s in shares} == {-(-n // world)}
         real = [id(m) for s in shares for m in s if m is not None]
         assert sorted(real) == sorted(id(m) for m in mbs[:n])      # each micro-batch exactly once
+
+
+def test_bench_gpu_parallel_smoke_runs_on_two_cpu_ranks():
+    """bench/gpu.py --parallel, the 2-GPU rows' script, on gloo at a tiny shape: it runs and prints its rows."""
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        str(ROOT / "bench" / "gpu.py"), "--parallel", "--smoke", "--steps", "1", "--budget", "2048",
+                        "--median", "300"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    rows = [line.split()[0] for line in r.stdout.splitlines() if line.split() and line.split()[0] in ("one", "ddp", "fsdp")]
+    assert rows == ["one", "ddp", "fsdp"], r.stdout
 
 
 if __name__ == "__main__":
