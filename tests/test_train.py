@@ -555,3 +555,22 @@ def test_eval_says_in_one_line_what_vllm_cannot_serve(env, tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--harness", "mini", "--server", "vllm",
                         "--out", str(tmp_path / "e")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and "no LFM3" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_torchrun_world_size_must_match_the_recipes_training_gpus(monkeypatch):
+    """On a (simulated) 4-GPU machine: LFM2.5-24B-A2B serves on 0,1 and trains on 2,3 -> 2 ranks; LFM3-1.7B
+    (embedded server) trains on its 2 GPUs -> 2 ranks; anything else is refused, saying what to launch."""
+    import torch
+    import train as TR
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    moe, lfm3 = TR.recipe_config("LFM2.5-24B-A2B"), TR.recipe_config("LFM3-1.7B")
+    TR.check_world(moe, 2)
+    TR.check_world(lfm3, 2)
+    assert [TR.placement(moe, r)[3] for r in (0, 1)] == ["cuda:2", "cuda:3"]
+    assert [TR.placement(lfm3, r)[3] for r in (0, 1)] == ["cuda:0", "cuda:1"]
+    with pytest.raises(SystemExit, match=r"launched with 4 processes, .* training on \[2, 3\]\): torchrun --nproc-per-node 2"):
+        TR.check_world(moe, 4)
+    with pytest.raises(SystemExit, match="torchrun --nproc-per-node 2"):
+        TR.check_world(lfm3, 3)
+    TR.check_world({**moe, "server_gpus": "0", "train_gpus": "1,2,3"}, 3)
