@@ -69,6 +69,12 @@ def parse_args(argv, shared, recipes, doc):
                                      "available, else cpu)")
     ap.add_argument("--server-gpus", help="vLLM's GPUs, comma-separated indices (default: from --gpus)")
     ap.add_argument("--train-gpus", help="the trainers' GPUs, one torchrun rank each (default: from --gpus)")
+    ap.add_argument("--dashboard", nargs="?", const=0, type=int, metavar="PORT", help="serve the live dashboard "
+                    "(dashboard.py) on --dashboard-host:PORT, no PORT: a free one (default: off; later: python "
+                    "train.py dashboard runs/<run> ...)")
+    ap.add_argument("--dashboard-host", help="the dashboard's address (default: 127.0.0.1, this machine only)")
+    ap.add_argument("--report-to", help="also log each step to trackio and/or wandb, comma-separated, if installed "
+                                        "(default: none; metrics.jsonl always)")
     ap.add_argument("--fsdp", choices=("auto", "on", "off"), help="under torchrun: on = FSDP2 (shard the base), off = "
                     "DDP (a whole copy per GPU); auto (default): FSDP2 when the weights take over 40%% of a GPU")
     for k in FLAG_HELP:
@@ -81,7 +87,7 @@ def parse_args(argv, shared, recipes, doc):
 # what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
 # optimizer state and the run's recorded numbers assume those)
 RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout", "gpus",
-                    "gpu_memory", "server_gpus", "train_gpus", "fsdp")
+                    "gpu_memory", "server_gpus", "train_gpus", "fsdp", "dashboard", "dashboard_host", "report_to")
 
 
 def effective_config(args, shared, recipes) -> dict:

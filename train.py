@@ -60,6 +60,7 @@ import serve as S
 import servers as SV
 import tasks as T
 import tiny
+import trackers
 
 # ----------------------------------------------------------------------------- the recipe, in one table
 SHARED = dict(
@@ -176,7 +177,7 @@ class Trainer:
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
-        self.proxy, self.snap, self.loss_tokens = None, None, 0
+        self.proxy, self.snap, self.loss_tokens, self.report = None, None, 0, lambda m: None
 
     def ready(self, net):
         """The optimizer, built over this adapter's parameters as the wrapped model `net` holds them
@@ -338,6 +339,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
         return m
     m = await asyncio.to_thread(tr.optimize, packed, commit)
     print(RD.progress(m), flush=True)
+    tr.report(m)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on
     if tr.version != tr.served:
         await tr.publish()
@@ -454,6 +456,7 @@ async def run(cfg, resume=False):
                                                     indent=2, default=str) + "\n")
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
+    reporter = trackers.Reporter(cfg.get("report_to"), run_dir.name, cfg, run_dir)     # not installed: stops here
     serve_on, train_on, memory, device = placement(cfg, 0)
     if serve_on:
         print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
@@ -487,7 +490,7 @@ async def run(cfg, resume=False):
         handle = SV.start_server(cfg["server"], path)
     client = SV.Client(handle.url, handle.api_key)
     for t in trainers:
-        t.client, t.server = client, handle.server
+        t.client, t.server, t.report = client, handle.server, reporter.log
     if resume:
         restore_checkpoint(st, trainers)
         dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
@@ -499,8 +502,13 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    pools, proxies, t_start, died, watch = [], [], time.time(), [], None
+    pools, proxies, t_start, died, watch, dash = [], [], time.time(), [], None, None
     try:
+        if cfg.get("dashboard") is not None:    # on this event loop: it only reads the run's files
+            import dashboard
+            dash, url = await dashboard.start([run_dir], cfg.get("dashboard_host") or "127.0.0.1", cfg["dashboard"])
+        print(f"run dir {run_dir} (checkpoints every {cfg['save_every']} steps in checkpoint/, metrics.jsonl, "
+              f"adapters/, rollouts/) | model {path} | dashboard {url if dash else 'off (--dashboard)'}", flush=True)
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                   "max_tokens": cfg["max_tokens"]})
@@ -533,6 +541,9 @@ async def run(cfg, resume=False):
     finally:
         if watch:
             watch.cancel()
+        if dash:
+            await dash.cleanup()
+        reporter.close()
         await asyncio.to_thread(save_checkpoint, run_dir, trainers)
         for p in pools:
             await p.stop()
@@ -553,6 +564,10 @@ async def run(cfg, resume=False):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["dashboard"]:          # python train.py dashboard runs/a runs/b: finished runs, overlaid
+        import dashboard
+        return dashboard.main(argv[1:])
     rank, world, local = P.env()
     try:
         args = parse_args(argv)

@@ -574,3 +574,36 @@ def test_torchrun_world_size_must_match_the_recipes_training_gpus(monkeypatch):
     with pytest.raises(SystemExit, match="torchrun --nproc-per-node 2"):
         TR.check_world(lfm3, 3)
     TR.check_world({**moe, "server_gpus": "0", "train_gpus": "1,2,3"}, 3)
+
+
+def test_report_to_trackio_gets_every_metrics_line(tmp_path, env):
+    """--report-to trackio (offline, a SQLite file under $TRACKIO_DIR): each step's numbers as metrics.jsonl has them."""
+    pytest.importorskip("trackio", reason="trackio is not installed (requirements-dev.txt pins it)")
+    import sqlite3
+    env = dict(env, TRACKIO_DIR=str(tmp_path / "trackio"))
+    run = tmp_path / "runs" / "t"
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--steps", "2", "--sessions", "16",
+                        "--runs", str(tmp_path / "runs"), "--run", "t", "--report-to", "trackio"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = sqlite3.connect(tmp_path / "trackio" / "harness-rl.db").execute(
+        "select run_name, step, metrics from metrics order by step").fetchall()
+    got = {step: json.loads(m) for name, step, m in rows if name == "t"}
+    ms = metrics(run)
+    assert sorted(got) == [m["step"] for m in ms] == [1, 2]
+    for m in ms:
+        assert got[m["step"]]["mini/reward"] == pytest.approx(m["reward"])
+        assert got[m["step"]]["mini/fill"] == pytest.approx(m["fill"])
+
+
+@pytest.mark.parametrize("kind,needle", [("nope", "not a tracker this knows"), ("wandb", "wandb is not installed")])
+def test_report_to_a_tracker_that_is_missing_is_one_line(tmp_path, env, kind, needle):
+    if kind == "wandb":
+        try:
+            import wandb  # noqa: F401
+            pytest.skip("wandb is installed here")
+        except ImportError:
+            pass
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--runs", str(tmp_path), "--run", "x",
+                        "--report-to", kind], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
