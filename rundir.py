@@ -73,6 +73,16 @@ def read_checkpoint(run_dir, names):
                       ("; ".join(why) if why else f"none of {', '.join(CHECKPOINTS)} has a state.pt"))
 
 
+def remove_if_unstarted(run_dir):
+    """Remove a new run's folder that holds only what a start writes (its config, split and lock): a run refused
+    before its first step. Anything else there (a server log, a metrics line) keeps it."""
+    run_dir = Path(run_dir)
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"config.json", "split.json", ".lock"}:
+        for p in run_dir.iterdir():
+            p.unlink()
+        run_dir.rmdir()
+
+
 def trim_metrics(path, last):
     """After a kill: keep only complete lines up to each harness's checkpointed step (last: name -> step).
     Returns how many lines were dropped."""

@@ -584,6 +584,8 @@ def main(argv=None):
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
+        if not args.resume:          # refused before its first step (no model, no vLLM...): leave no empty run behind
+            RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
         sys.exit(f"train.py: {e}")
     finally:
         if not P.release():          # failed inside a collective: the other ranks wait in it; torchrun stops them

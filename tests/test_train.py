@@ -469,6 +469,7 @@ def test_twil_8b_without_a_checkpoint_says_what_to_download_and_pass(tmp_path, e
                        timeout=300)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
     assert "no public checkpoint" in p.stderr and "--model /path/to/checkpoint --recipe TwIL-8B" in p.stderr
+    assert not list(tmp_path.glob("TwIL-8B-*")), list(tmp_path.iterdir())      # no empty run folder left behind
 
 
 def torchrun(args, env, nproc=2):
