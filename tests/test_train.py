@@ -116,7 +116,8 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     import train as T
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
-    tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"], None)
+    tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"])
+    tr.ready(m)
     for step in (1, 2):
         tr.step = step
         T.save_checkpoint(tmp_path, [tr])
@@ -193,7 +194,9 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     import train as T
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
-    trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"], None) for spec in ("mini", "mini:b")]
+    trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"]) for spec in ("mini", "mini:b")]
+    for t in trainers:
+        t.ready(m)
     errors = []
 
     def saver(i):
@@ -249,8 +252,10 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
 
     async def go():
         client = SV.Client(handle.url, handle.api_key)
-        trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"], client, server=srv) for spec in ("mini", "mini:b")]
+        trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"]) for spec in ("mini", "mini:b")]
         for t in trainers:
+            t.ready(model)
+            t.client, t.server = client, srv
             t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})
             t.take_snapshot()
             await t.publish()
@@ -356,7 +361,8 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     import train as TR
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", beta=0.5)
-    tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"], None)
+    tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"])
+    tr.ready(m)
     g = torch.Generator().manual_seed(0)
     toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
     seq = G.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
