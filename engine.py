@@ -235,7 +235,8 @@ class Engine:
         try:
             if hasattr(self.model, "lora_routing"):
                 L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
-            logits = self.model(toks, cache=self.cache)[:, -1]
+            # one copy to the host for the whole batch: on a GPU one sync a step, not one per row in sample()
+            logits = self.model(toks, cache=self.cache)[:, -1].float().cpu()
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")
             return

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# The GPU checks, as one bounded script (an H200 or any CUDA machine with torch + transformers + peft):
-# model/LoRA parity tests on CUDA (fp32), a 65 536-token LoRA training step at LFM3-1.7B shape (bf16),
-# LoRA fwd+bwd vs PEFT + transformers, and the chunked log-prob's memory at scale.
+# The GPU checks, as bounded commands (an H200 or any CUDA machine with torch + transformers + peft; vLLM >= 0.33
+# for the serving anchor):
+#   bench/gpu.sh [train]   model/LoRA parity tests on CUDA (fp32), a 65 536-token LoRA training step at LFM3-1.7B
+#                          shape (bf16), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale
+#   bench/gpu.sh serve     serving: the embedded engine (LFM3-1.7B shape) vs vLLM (LFM2-1.2B shape), 48 sessions,
+#                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes)
+#   bench/gpu.sh all       both (two commands' worth of time)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+what=${1:-train}
 nvidia-smi -L || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-HARNESS_RL_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/test_model.py tests/test_lora.py -q -p no:cacheprovider \
-  2>&1 | tail -4
-timeout 150 python3 bench/gpu.py --steps 3
-timeout 200 python3 bench/lora.py --preset lfm3-1.7b --device cuda --dtype bf16 --seq 16384 --steps 3 --rounds 1 \
-  2>&1 | grep -v -e 'Writing model' -e 'Loading weights' -e Warning -e warn
-timeout 60 python3 bench/grpo.py --only c --device cuda --tokens 16384 --hidden 2048 --chunk 2048
+if [ "$what" = train ] || [ "$what" = all ]; then
+  HARNESS_RL_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/test_model.py tests/test_lora.py -q -p no:cacheprovider \
+    2>&1 | tail -4
+  timeout 150 python3 bench/gpu.py --steps 3
+  timeout 200 python3 bench/lora.py --preset lfm3-1.7b --device cuda --dtype bf16 --seq 16384 --steps 3 --rounds 1 \
+    2>&1 | grep -v -e 'Writing model' -e 'Loading weights' -e Warning -e warn
+  timeout 60 python3 bench/grpo.py --only c --device cuda --tokens 16384 --hidden 2048 --chunk 2048
+fi
+if [ "$what" = serve ] || [ "$what" = all ]; then
+  # checkpoints ~1 min, ours ~1.5 min, vLLM ~3.5 min (start + compile + window), ours on vLLM's LFM2 last
+  timeout -k 30 540 python3 bench/serve.py --device cuda --server all --seconds 60 --json "${OUT:-/tmp}/serve.json"
+fi
