@@ -1,17 +1,24 @@
 """Evaluate the base model and any number of adapters on held-out tasks through ONE server, in one job.
 
-    python eval.py --model tiny --harness mini --adapters runs/x/adapters/mini-v4 runs/x/adapters/mini-v12
-    python eval.py --model LFM2.5-24B-A2B --harness pi --server vllm --adapters runs/y/adapters/pi-v*
+    python train.py --model tiny --run r                  # CPU, ~2-5 min: prints its final adapter, e.g. mini-v23
+    python eval.py --model tiny --samples 16 --adapters runs/r/adapters/mini-v23     # CPU, seconds: the toy holdout
+    python eval.py --model tiny --split train --samples 8 --adapters runs/r/adapters/mini-v{8,16,23}
+    python eval.py --model LFM2.5-24B-A2B --server vllm --adapters runs/y/adapters/pi-v*     # GPU, the recipe's
     python eval.py ... --guard off          # the ablation: tool calls are not checked
+
+The numbers (harness, suite, max tokens, context, sessions, sampling) are the model's recipe row in train.py's
+table unless a flag says otherwise: `--model tiny` is the CPU demo's (mini harness, toy suite, 8 tokens a turn);
+a --model path takes `--recipe` (default LFM3-1.7B's row: the pi harness, 4 096 tokens a turn - a GPU's).
 
 The recipe's trick: the base weights are loaded once and every checkpoint is an adapter name on the same
 server, so 9 checkpoints x 150 sessions run as one batch of concurrent sessions instead of 9 merged models.
 Each (model, task, sample) is a real harness rollout through the proxy, the guard and the verifier.
 
 Reported per model, overall and per task source and type: pass@1 (score == 1) with a 95 % Wilson
-interval, mean score with a 95 % normal interval (over rollouts), mean tool calls (per rollout, per solved
-rollout, and on tasks both the base and that adapter solve - the recipe's "fewer tool calls at equal
-accuracy" claim), guard blocks, ungraded rollouts. Writes
+interval, mean score with a 95 % normal interval (over rollouts, clipped to [0, 1]), mean tool calls (per
+rollout, per solved rollout, and on tasks both the base and that adapter solve - the recipe's "fewer tool
+calls at equal accuracy" claim), guard blocks, ungraded rollouts with why (timeout, harness, server, ...).
+Printed as one table (`table`); writes
 `result.json` and a self-contained `report.html` (inline SVG charts, no dependencies).
 
 Left out: pass@k for k > 1, paired significance tests between adapters, cost accounting.
@@ -63,12 +70,38 @@ def mean_interval(xs, z=1.96):
 def summarize(rollouts):
     graded = [r for r in rollouts if r["score"] is not None]
     k = sum(r["score"] == 1.0 for r in graded)
-    score, score_ci = mean_interval([r["score"] for r in graded])
+    score, (lo, hi) = mean_interval([r["score"] for r in graded])
+    score_ci = (max(0.0, lo), min(1.0, hi))         # a score is in [0, 1]
+    why = {}
+    for r in rollouts:
+        if r["score"] is None:
+            why[r.get("failure") or "other"] = why.get(r.get("failure") or "other", 0) + 1
     return {"n": len(rollouts), "graded": len(graded), "pass@1": k / len(graded) if graded else None,
             "ci95": wilson(k, len(graded)), "score": score, "score_ci95": score_ci,
             "tool_calls": mean_or_none([r["tool_calls"] for r in graded]),
             "tool_calls_solved": mean_or_none([r["tool_calls"] for r in graded if r["score"] == 1.0]),
-            "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded)}
+            "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded),
+            "ungraded_by": dict(sorted(why.items()))}
+
+
+def _why(s):
+    return f"{s['ungraded']}" + (f" ({', '.join(f'{k} {v}' for k, v in s['ungraded_by'].items())})"
+                                 if s["ungraded_by"] else "")
+
+
+def table(rep) -> str:
+    """The printed summary, one row per model: rollouts, mean score and pass@1 with their 95 % intervals, tool
+    calls (per rollout, per solved one), guard blocks, ungraded rollouts with why."""
+    rows = [("model", "rollouts", "mean score (95% interval)", "pass@1 (95% interval)", "tool calls", "per solved",
+             "guard blocks", "ungraded")]
+    for m, s in rep["models"].items():
+        (lo, hi), (slo, shi) = s["ci95"], s["score_ci95"]
+        rows.append((m, str(s["n"]), "-" if s["score"] is None else f"{s['score']:.3f} ({slo:.3f}-{shi:.3f})",
+                     "-" if s["pass@1"] is None else f"{s['pass@1']:.0%} ({lo:.0%}-{hi:.0%})",
+                     _f(s["tool_calls"]), _f(s["tool_calls_solved"]), str(s["guard_blocks"]), _why(s)))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w[i]) if i in (0, len(r) - 1) else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+                     for r in rows)
 
 
 def report(results, base):
@@ -116,7 +149,8 @@ def write_html(path, rep, meta):
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['score'], '{:.3f}')}"
                    f"</td><td>{s['score_ci95'][0]:.3f} - {s['score_ci95'][1]:.3f}</td><td>{_f(s['pass@1'], '{:.1%}')}"
                    f"</td><td>{s['ci95'][0]:.1%} - {s['ci95'][1]:.1%}</td><td>{_f(s['tool_calls'])}</td>"
-                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td></tr>" for m, s in ms.items())
+                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td><td>{html.escape(_why(s))}</td></tr>"
+                   for m, s in ms.items())
     per = "".join(f"<h3>{html.escape(m)}</h3>" + "".join(
         f"<p>by {k[3:]}: " + ", ".join(f"{html.escape(v)} {_f(x['pass@1'], '{:.0%}')} (n={x['graded']})"
                                        for v, x in s[k].items()) + "</p>" for k in ("by_source", "by_type"))
@@ -125,7 +159,7 @@ def write_html(path, rep, meta):
 <style>body{{font-family:sans-serif;margin:2em;max-width:900px}}td,th{{padding:4px 10px;text-align:left}}</style>
 </head><body><h1>harness-rl evaluation</h1><p>{html.escape(json.dumps(meta))}</p>
 <table><tr><th>model</th><th>graded</th><th>mean score</th><th>95% interval</th><th>pass@1</th><th>95% interval</th>
-<th>tool calls</th><th>per solved</th><th>guard blocks</th></tr>
+<th>tool calls</th><th>per solved</th><th>guard blocks</th><th>ungraded</th></tr>
 {rows}</table>{''.join(f'<p>{c}</p>' for c in charts)}{per}</body></html>""")
 
 
@@ -138,12 +172,16 @@ async def evaluate(args):
     cfg = {**recipe_config(args.model, args.recipe, "eval.py"), **given}
     validate(cfg, "eval.py")
     path = model_path(args.model, args.seed)
+    if not args.recipe and cfg["recipe"] != args.model:
+        print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "
+              f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
+              "--recipe tiny for the CPU demo's", file=sys.stderr, flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     tasks = T.load_tasks(cfg["suite"], split=args.split, seed=args.seed, rule=HOLDOUT)
     if args.limit:
         tasks = tasks[:args.limit]
-    harness = H.get_harness(args.harness)
+    harness = H.get_harness(cfg["harness"])
     await asyncio.to_thread(harness.install)
     names, ranks = {}, []
     for a in args.adapters:
@@ -185,7 +223,9 @@ async def evaluate(args):
                                      max_tokens=cfg["max_tokens"], context=cfg["context"], sandbox=sandbox,
                                      rollouts_dir=out / "rollouts" / folder[m], reward=rollout_reward(cfg))
         print(f"evaluating {len(models)} models x {len(tasks)} tasks x {args.samples} samples "
-              f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url}", flush=True)
+              f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url} (harness {cfg['harness']}, "
+              f"suite {cfg['suite']}, split {args.split or 'all'}, max tokens {cfg['max_tokens']}, temperature "
+              f"{cfg['temperature']})", flush=True)
         for p in pools.values():
             p.start()
 
@@ -213,20 +253,16 @@ async def evaluate(args):
             await p.stop()
         await client.close()
         handle.stop()
+    results.sort(key=lambda r: models.index(r["model"]))       # the table's rows: base, then --adapters in order
     rep = report(results, base)
-    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": args.harness, "suite": cfg["suite"],
+    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": cfg["harness"], "suite": cfg["suite"],
             "split": args.split, "guard": args.guard, "samples": args.samples,
             **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")}, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
             "adapters": names}
     (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
     write_html(out / "report.html", rep, meta)
-    print(f"\n{'model':<24}{'graded':>8}{'score':>8}{'95% interval':>15}{'pass@1':>8}{'95% interval':>14}"
-          f"{'tools':>7}{'/solved':>8}{'blocks':>7}")
-    for m, s in rep["models"].items():
-        (lo, hi), (slo, shi) = s["ci95"], s["score_ci95"]
-        print(f"{m:<24}{s['graded']:>4}/{s['n']:<3}{_f(s['score'], '{:.3f}'):>8}{f'{slo:.3f}-{shi:.3f}':>15}"
-              f"{_f(s['pass@1'], '{:.1%}'):>8}{f'{lo:.0%}-{hi:.0%}':>14}{_f(s['tool_calls'], '{:.2f}'):>7}"
-              f"{_f(s['tool_calls_solved'], '{:.2f}'):>8}{s['guard_blocks']:>7}")
+    print(f"\n{len(tasks)} tasks ({cfg['suite']}, split {args.split or 'all'}) x {args.samples} samples, "
+          f"{meta['seconds']} s\n{table(rep)}")
     print(f"\nwrote {out / 'result.json'} and {out / 'report.html'}")
     return rep
 
@@ -237,7 +273,7 @@ def main(argv=None):
     ap.add_argument("--model", required=True, help="as in train.py: tiny, a recipe name, a repo id, a folder or .gguf")
     ap.add_argument("--recipe", help="train.py's recipe row for the numbers below when --model is a path "
                                      "(default: the model's own row, else LFM3-1.7B)")
-    ap.add_argument("--harness", default="pi", help="pi, opencode, hermes or mini (default: %(default)s)")
+    ap.add_argument("--harness", help=f"pi, opencode, hermes or mini {recipe}")
     ap.add_argument("--adapters", nargs="*", default=[],
                     help="PEFT adapter folders to compare with the base (default: none, the base alone)")
     ap.add_argument("--suite", help=f"task suites under data/ (comma-separated) or a folder {recipe}")

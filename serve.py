@@ -1,6 +1,6 @@
 """The embedded inference server's HTTP side: vLLM's OpenAI-compatible API in front of engine.py.
 
-- `Server` (`python serve.py --model PATH --port N`, or `start_server("local", path)` in process): /v1/chat/
+- `Server` (`python serve.py --model tiny|PATH --port N`, or `start_server("local", path)` in process): /v1/chat/
   completions (streaming too), /v1/completions with token-id prompts, /v1/models, /health,
   /v1/load_lora_adapter, /v1/unload_lora_adapter, with vLLM's request fields, validation, response shape
   (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error semantics. It renders the chat
@@ -21,6 +21,7 @@ import hmac
 import json
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from aiohttp import web
 
 import checkpoint as C
 import lora as L
+import tiny
 from chat import ChatFormat
 from engine import Engine, Request, RequestError
 from servers import MAX_BODY, ChatStream, Handle, new_key
@@ -383,28 +385,61 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
     return Handle(f"http://{host}:{box['port']}", stop, server=srv, api_key=srv.api_key)
 
 
-def main():
+async def _serve(srv, host, port):
+    """Serve until interrupted; the line printed names the port really bound (--port 0: a free one)."""
+    runner = web.AppRunner(srv.app(), access_log=None)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as e:
+            raise SystemExit(f"serve.py: cannot listen on {host}:{port}: {e.strerror or e}") from None
+        print(f"serving {srv.name} ({srv.model.config.model_type}) on http://{host}:{runner.addresses[0][1]}/v1",
+              flush=True)
+        await asyncio.Event().wait()
+    finally:
+        srv.engine.stop()
+        await runner.cleanup()
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description="The embedded multi-LoRA server (vLLM's OpenAI-compatible API).")
-    ap.add_argument("--model", required=True, help="checkpoint directory, HF repo id, or a known model name")
-    ap.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
+    ap.add_argument("--model", required=True, help="as in train.py: tiny or tiny-lfm2 (a tiny random checkpoint, "
+                    "written into the cache on first use), a checkpoint folder, a .gguf file, a known model name or "
+                    "an HF repo id in the Hugging Face cache (required)")
+    ap.add_argument("--port", type=int, default=8000, help="(default: %(default)s; 0: a free one, printed)")
     ap.add_argument("--host", default="127.0.0.1", help="(default: %(default)s, this machine only)")
     ap.add_argument("--served-model-name", default=None, help="the base model's name in requests (default: --model)")
     ap.add_argument("--max-batch", type=int, default=64, help="sequences decoded together (default: %(default)s)")
     ap.add_argument("--max-model-len", type=int, default=None,
                     help="context length (default: the checkpoint's max_position_embeddings)")
-    ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH", help="adapter to load at start")
+    ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
+                    help="adapter to load at start, repeatable (default: none)")
     ap.add_argument("--api-key", default=os.environ.get("HARNESS_RL_API_KEY"),
                     help="require `Authorization: Bearer KEY` on every route but /health (default: "
                          "$HARNESS_RL_API_KEY; unset: open, like vLLM)")
-    args = ap.parse_args()
-    srv = Server(args.model, name=args.served_model_name, max_batch=args.max_batch, max_model_len=args.max_model_len,
-                 api_key=args.api_key)
-    for spec in args.lora:
-        name, _, path = spec.partition("=")
-        L.load_adapter(srv.model, path, adapter=name)
-        srv.engine.adapters[name] = path
-    print(f"serving {srv.name} ({srv.model.config.model_type}) on http://{args.host}:{args.port}/v1", flush=True)
-    web.run_app(srv.app(), host=args.host, port=args.port, access_log=None, print=None)
+    args = ap.parse_args(argv)
+    try:        # every bad --model or --lora is one line naming it, never a traceback
+        path = tiny.model_path(args.model)
+        try:
+            srv = Server(path, name=args.served_model_name or args.model, max_batch=args.max_batch,
+                         max_model_len=args.max_model_len, api_key=args.api_key)
+        except C.CheckpointError:
+            raise
+        except (OSError, ValueError, KeyError) as e:    # e.g. a tokenizer file that does not parse
+            raise C.CheckpointError(f"model {args.model!r}: {path} is not a loadable checkpoint: {e}") from None
+        for spec in args.lora:
+            name, eq, lpath = spec.partition("=")
+            if not (name and eq and lpath):
+                ap.error(f"--lora {spec!r}: expected NAME=PATH")
+            L.load_adapter(srv.model, lpath, adapter=name)
+            srv.engine.adapters[name] = lpath
+    except (C.CheckpointError, L.AdapterError) as e:
+        sys.exit(f"serve.py: {e}")
+    try:
+        asyncio.run(_serve(srv, args.host, args.port))
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

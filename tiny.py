@@ -3,7 +3,10 @@
 - `write_tiny_checkpoint(dir, model_type)`: config.json (the family's real keys, loadable by transformers
   too), model.safetensors (seeded random weights under the checkpoint's own names), and a tokenizer + chat
   template (`write_tiny_tokenizer`): a byte-level BPE trained on a small built-in corpus, with the family's
-  special tokens. `python train.py --model tiny` writes one on first use.
+  special tokens.
+- `model_path(model)`: the checkpoint folder of a --model (train.py, eval.py, serve.py): the names in
+  `TINY_MODELS` are a tiny checkpoint written whole into the cache on first use, anything else is
+  `checkpoint.resolve_model`'s.
 - The chat templates are written here after the real ones: LFM2 after llama.cpp's
   `models/templates/llama-cpp-lfm2.jinja` (tool list / tool response markers) and LFM2.5's
   (`LFM2.5-8B-A1B.jinja`: pythonic rendering of dict arguments, `{% generation %}`); the dense family after
@@ -15,6 +18,7 @@ Left out: anything a real checkpoint is used for (the weights are random: they l
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -306,6 +310,39 @@ def _tiny_init(k, shape, g, embed=0.3):
         return embed * torch.randn(shape, generator=g)
     scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
     return scale * torch.randn(shape, generator=g)
+
+
+# ----------------------------------------------------------------------------- --model tiny
+
+TINY_MODELS = {"tiny": "lfm3", "tiny-lfm2": "lfm2"}       # --model name -> the tiny checkpoint's family
+
+
+def model_path(model, seed=0) -> Path:
+    """The checkpoint folder of --model, as train.py, eval.py and serve.py take it: a name in TINY_MODELS is
+    `<cache>/tiny-<family>`, written (seed `seed`) on first use in one rename, so a killed first use leaves
+    nothing half-written; anything else goes to checkpoint.resolve_model (folders, GGUF, the HF cache)."""
+    model = str(model)
+    if model not in TINY_MODELS:
+        p = Path(os.path.expanduser(model))
+        if p.is_file() and p.suffix.lower() != ".gguf":
+            raise C.CheckpointError(f"model {model!r}: a file, not a checkpoint folder (config.json, safetensors, "
+                                    "tokenizer) or a .gguf file")
+        if not p.exists() and (model.startswith(("/", ".", "~")) or model.count("/") > 1):
+            raise C.CheckpointError(f"model {model!r}: no such folder")
+        if "/" not in model and not p.exists() and model not in {**C.MODEL_REPOS, **C.GGUF_MODELS, **C.UNPUBLISHED}:
+            raise C.CheckpointError(f"model {model!r}: not a checkpoint folder, a .gguf file, a known model ("
+                                    f"{', '.join([*TINY_MODELS, *C.MODEL_REPOS, *C.GGUF_MODELS])}) or a Hugging Face "
+                                    "repo id (org/name)")
+        return C.resolve_model(model)
+    path = C.cache_root() / f"tiny-{TINY_MODELS[model]}"
+    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
+        try:
+            with C.atomic_dir(path, replace=True) as tmp:
+                write_tiny_checkpoint(tmp, TINY_MODELS[model], seed=seed)
+        except OSError as e:
+            raise C.CheckpointError(f"model {model!r}: cannot write its tiny checkpoint to {path} ({e}); set "
+                                    "HARNESS_RL_CACHE to a writable directory") from None
+    return path
 
 
 if __name__ == "__main__":   # python tiny.py [model_type] [out_dir]: write one, load it back, print its size

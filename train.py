@@ -118,17 +118,7 @@ def recipe_config(model, recipe=None, prog="train.py") -> dict:
 validate = F.validate      # eval.py checks its numbers with the same ranges
 
 
-TINY_MODELS = {"tiny": "lfm3", "tiny-lfm2": "lfm2"}       # --model name -> the tiny checkpoint's family
-
-
-def model_path(model, seed=0) -> Path:
-    """The checkpoint folder of --model: a tiny one (TINY_MODELS) is written into the cache on first use."""
-    if model in TINY_MODELS:
-        path = C.cache_root() / f"tiny-{TINY_MODELS[model]}"
-        if not (path / "model.safetensors").exists():
-            tiny.write_tiny_checkpoint(path, TINY_MODELS[model], seed=seed)
-        return path
-    return C.resolve_model(model)
+TINY_MODELS, model_path = tiny.TINY_MODELS, tiny.model_path   # --model names -> a checkpoint folder (serve.py's too)
 
 
 # ----------------------------------------------------------------------------- the recipe's numbers -> grpo.py

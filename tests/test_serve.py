@@ -3,9 +3,15 @@ import asyncio
 import collections
 import json
 import os
+import select
 import shutil
+import signal
 import stat
+import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -20,6 +26,7 @@ import tiny
 from chat import ChatFormat
 from conftest import free_port, generate, train_scripted_adapter
 
+ROOT = Path(__file__).resolve().parent.parent
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 ASK = [{"role": "user", "content": "List the files."}]
@@ -551,3 +558,71 @@ def test_train_flags_place_the_gpus():
     assert SV.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
     with pytest.raises(SystemExit, match="--gpu-memory must be"):
         TR.effective_config(TR.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
+
+
+# ----------------------------------------------------------------------------- python serve.py
+
+def serve_py(args, env, **kw):
+    return subprocess.Popen([sys.executable, str(ROOT / "serve.py"), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+
+
+@pytest.fixture
+def cache_env(tmp_path):
+    env = dict(os.environ, HARNESS_RL_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    env.pop("HARNESS_RL_API_KEY", None)
+    return env
+
+
+def test_serve_py_takes_train_pys_tiny_model_and_answers_a_chat(cache_env, tmp_path):
+    """`python serve.py --model tiny --port 0`: the tiny checkpoint written into the (empty) cache as train.py
+    writes it, the port it bound printed, a real chat answered, and Ctrl-C ends it without a traceback."""
+    p = serve_py(["--model", "tiny", "--port", "0"], cache_env)
+    try:
+        line, deadline = "", time.time() + 180
+        while not line.startswith("serving") and time.time() < deadline and p.poll() is None:
+            if select.select([p.stdout], [], [], 1)[0]:
+                line = p.stdout.readline()
+        assert line.startswith("serving tiny (lfm3) on http://127.0.0.1:"), (line, p.poll())
+        url = line.split(" on ")[1].strip()
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Write a number."}], "max_tokens": 4,
+                "logprobs": True, "return_token_ids": True}
+        req = urllib.request.Request(url + "/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out = json.loads(r.read())
+        choice = out["choices"][0]
+        assert choice["message"]["role"] == "assistant" and 1 <= len(choice["token_ids"]) <= 4
+        assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) and out["model"] == "tiny"
+        assert (tmp_path / "cache" / "tiny-lfm3" / "config.json").is_file()
+        assert not [f for f in (tmp_path / "cache").iterdir() if f.name.startswith(".")]     # no temp folder left
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+@pytest.mark.parametrize("model, needle", [
+    ("no-such-model", "'no-such-model': not a checkpoint folder, a .gguf file, a known model (tiny, tiny-lfm2, "),
+    ("{tmp}/missing", "'{tmp}/missing': no such folder"),
+    ("{tmp}/notes.txt", "'{tmp}/notes.txt': a file, not a checkpoint folder"),
+    ("{tmp}/empty", "{tmp}/empty: no config.json"),
+    ("tiny --lora a={tmp}/missing", "{tmp}/missing"),
+    ("tiny --lora a", "--lora 'a': expected NAME=PATH"),
+])
+def test_serve_py_says_in_one_line_what_is_wrong_with_its_model(cache_env, tmp_path, model, needle):
+    (tmp_path / "notes.txt").write_text("not a checkpoint\n")
+    (tmp_path / "empty").mkdir()
+    p = serve_py(["--port", "0", "--model", *model.format(tmp=tmp_path).split()], cache_env)
+    try:
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    lines = err.strip().splitlines()
+    assert p.returncode != 0 and not out and "Traceback" not in err, err
+    assert len(lines) == 1 or lines[0].startswith("usage:"), err
+    assert needle.format(tmp=tmp_path) in lines[-1], err

@@ -170,6 +170,8 @@ def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
         assert set(s["by_source"]) == {"toy"}
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 3 and "pass@1" in html
+    table = p.stdout[p.stdout.index("\nmodel "):].splitlines()[1:5]      # the printed table: base first, in order
+    assert [row.split()[0] for row in table] == ["model", "tiny", "ad-a", "ad-b"] and "ungraded" in table[0], table
 
 
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
@@ -614,3 +616,23 @@ def test_report_to_a_tracker_that_is_missing_is_one_line(tmp_path, env, kind, ne
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--runs", str(tmp_path), "--run", "x",
                         "--report-to", kind], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_eval_table_shows_rollouts_score_pass_tools_blocks_and_why_ungraded():
+    import eval as E
+    rs = [dict(model="base", task="t1", source="toy", type="x", score=0.0, tool_calls=0, flagged=False, failure="")] * 3
+    rs += [dict(rs[0], score=0.1), dict(rs[0], score=None, failure="timeout")]
+    rs += [dict(rs[0], model="v8", score=1.0, tool_calls=2), dict(rs[0], model="v8", score=0.5, tool_calls=4,
+                                                                 flagged=True),
+           dict(rs[0], model="v8", score=None, failure="harness"), dict(rs[0], model="v8", score=None, failure="timeout"),
+           dict(rs[0], model="v8", score=None, failure="timeout")]
+    rep = E.report(rs, "base")
+    assert rep["models"]["v8"]["ungraded_by"] == {"harness": 1, "timeout": 2}
+    head, base, v8 = E.table(rep).splitlines()
+    assert head.split("  ")[0].strip() == "model" and [c.strip() for c in head.split("  ") if c.strip()] == [
+        "model", "rollouts", "mean score (95% interval)", "pass@1 (95% interval)", "tool calls", "per solved",
+        "guard blocks", "ungraded"]
+    assert base.split()[:3] == ["base", "5", "0.025"] and "(0.000-" in base      # clipped at 0: a score is >= 0
+    assert base.endswith("1 (timeout 1)") and "0% (0%-49%)" in base
+    assert v8.split()[:3] == ["v8", "5", "0.750"] and "50% (" in v8 and v8.endswith("3 (harness 1, timeout 2)")
+    assert v8.split()[-8:-4] == ["3.00", "2.00", "1", "3"]           # tool calls, per solved, guard blocks, ungraded
