@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,7 +32,8 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 XSS = "echo '<img src=x onerror=\"window.pwned=1\">'"     # model text and tool output are shown, never run
 REWARD = 'section[data-trainer="mini"] svg[data-chart="reward"]'
-REWARD_POINTS = f"document.querySelectorAll('{REWARD} g[data-run=\"1\"] circle.pt').length"      # the live run's
+POINTS = "document.querySelectorAll('{}' + ' g[data-run=\"{}\"] circle.pt').length"      # run i's reward points
+REWARD_POINTS = POINTS.format(REWARD, 1)       # the live run's, overlaid on a finished one
 
 
 def need_chromium():
@@ -253,6 +255,7 @@ class Chromium:
         self.profile, self.errors, self.n = Path(tmp) / "chromium-profile", [], 0
 
     async def __aenter__(self):
+        (self.profile / "DevToolsActivePort").unlink(missing_ok=True)      # a previous instance's port
         self.proc = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
                                       "--disable-dev-shm-usage", "--no-first-run", "--remote-debugging-port=0",
                                       f"--user-data-dir={self.profile}", "--window-size=1280,900", "about:blank"],
@@ -311,42 +314,49 @@ class Chromium:
 
 
 def test_live_run_charts_gain_points_without_a_reload(tmp_path, env, run):
-    """A live run overlaid on a finished one (run 0, solid lines): the live run's reward line (run 1, dashed)
-    gains its points while the page stays loaded."""
+    """The page served by a live run itself (train.py --dashboard): its reward line gains points while the page
+    stays loaded. Then `train.py dashboard` overlays it on a finished run (run 0 solid, run 1 dashed)."""
     need_chromium()
-    steps, d = 6, tmp_path / "runs" / "live"
-    train = subprocess.Popen(train_cmd(tmp_path / "runs", "live", steps), cwd=ROOT, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    steps, d = 200, tmp_path / "runs" / "live"         # stopped (Ctrl-C) once the page has seen it train
+    train = subprocess.Popen(train_cmd(tmp_path / "runs", "live", steps) + ["--dashboard", "0"], cwd=ROOT, env=env,
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     dash = None
     try:
-        deadline = time.time() + 300
-        while not (d / "config.json").exists():            # the run dir appears before its first step
-            assert train.poll() is None and time.time() < deadline, train.stdout.read()
-            time.sleep(0.2)
-        dash = subprocess.Popen([sys.executable, str(ROOT / "dashboard.py"), str(run), str(d), "--port", str(free_port())],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        url = dash.stdout.readline().split()[1]
+        line = next(x for x in train.stdout if " | dashboard " in x or x.startswith("train.py:"))
+        url = re.search(r"dashboard (http://\S+)", line)
+        assert url, line + train.stdout.read()
 
         async def watch():
             async with Chromium(tmp_path) as b:
-                await b.goto(url)
+                await b.goto(url.group(1))
                 origin = await b.eval("performance.timeOrigin")
-                first = await b.wait_for(REWARD_POINTS, 180, "the first reward point")
+                live = POINTS.format(REWARD, 0)        # the run's own page: the live run is its only run
+                first = await b.wait_for(live, 180, "the first reward point")
                 assert train.poll() is None and first < steps, "the run ended before the page saw it train"
-                more = await b.wait_for(f"{REWARD_POINTS} > {first} && {REWARD_POINTS}", 60, "a second point")
+                more = await b.wait_for(f"{live} > {first} && {live}", 60, "a second point")
                 assert await b.eval("performance.timeOrigin") == origin       # the same page: no reload
-                train.wait(300)
-                assert train.returncode == 0, train.stdout.read()
-                await b.wait_for(f"{REWARD_POINTS} === {len(metrics_lines(d))}", 30, "every step's point")
-                assert more > first and await b.eval(REWARD_POINTS) == len(metrics_lines(d)) == steps
+                assert more > first
                 charts = await b.eval('[...document.querySelectorAll("svg[data-chart]")].map(s => s.dataset.chart)')
                 assert {"reward", "pass", "tools", "blocks", "ungraded", "stale", "is", "mismatch", "fill", "time",
                         "inflight", "rules"} <= set(charts)
+                assert b.errors == []
+            os.killpg(train.pid, signal.SIGINT)         # a clean stop: the step ends, a checkpoint, exit 0
+            out = train.communicate(timeout=300)[0]
+            assert train.returncode == 0, out
+            n = len(metrics_lines(d))
+            dash_port = free_port()
+            nonlocal dash
+            dash = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "dashboard", str(run), str(d), "--port",
+                                     str(dash_port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            later = dash.stdout.readline().split()[1]
+            async with Chromium(tmp_path) as b:
+                await b.goto(later)
+                await b.wait_for(f"{REWARD_POINTS} === {n}", 30, "every step's point")
                 overlay = await b.eval(f"[...document.querySelectorAll('{REWARD} g.series')].map(g => [g.dataset.run, "
                                        "g.querySelectorAll('circle').length, g.querySelector('polyline')"
                                        ".getAttribute('stroke-dasharray')])")
-                assert overlay == [["0", 2, ""], ["1", steps, "6 3"]]        # the finished run's 2 steps, solid
+                assert overlay == [["0", 2, ""], ["1", n, "6 3"]]        # the finished run's 2 steps, solid
                 await b.wait_for("document.querySelectorAll('tr.row').length > 0", 30, "the rollout list")
                 await b.screenshot(ARTIFACTS / "dashboard-live.png", "/tmp/dashboard.png")
                 assert b.errors == []
