@@ -494,7 +494,7 @@ class RolloutPool:
         if self.reward is not None:
             r.reward = self.reward(r)
         if self.rollouts_dir:           # a write that fails (a full disk) is said, not fatal: the group still arrives
-            out = Path(self.rollouts_dir) / f"{self.served():05d}" / f"{r.id}.json"
+            out = Path(self.rollouts_dir) / f"{r.start_version:05d}" / f"{r.id}.json"     # the version it began on
             try:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(to_atif(r, self.harness.release), indent=1))

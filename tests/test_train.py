@@ -532,7 +532,9 @@ def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
     assert [m["step"] for m in ms] == [1, 2, 3], ms              # one line per step, not one per rank
     versions = sorted(int(d.name.rsplit("-v", 1)[1]) for d in (run / "adapters").iterdir())
     assert versions == list(range(ms[-1]["version"] + 1)), versions
-    assert sum(m["rollouts"] for m in ms) <= len(list((run / "rollouts" / "mini").rglob("*.json")))
+    atif = list((run / "rollouts" / "mini").rglob("*.json"))
+    assert sum(m["rollouts"] for m in ms) <= len(atif)
+    assert all(int(f.parent.name) == json.loads(f.read_text())["extra"]["start_version"] for f in atif)  # its version
 
     p = torchrun(["--resume", str(run), "--steps", "6"], env)      # further, then killed mid-step
     deadline = time.time() + 300
