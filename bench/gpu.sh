@@ -5,7 +5,8 @@
 #                          shape (bf16), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale
 #   bench/gpu.sh serve     serving: the embedded engine (LFM3-1.7B shape) vs vLLM (LFM2-1.2B shape), 48 sessions,
 #                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes)
-#   bench/gpu.sh all       both (two commands' worth of time)
+#   bench/gpu.sh parallel  a 65 536-token step on 2 GPUs under torchrun: one process vs DDP vs FSDP2 (needs 2 GPUs)
+#   bench/gpu.sh all       all of them
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 what=${1:-train}
@@ -18,6 +19,13 @@ if [ "$what" = train ] || [ "$what" = all ]; then
   timeout 200 python3 bench/lora.py --preset lfm3-1.7b --device cuda --dtype bf16 --seq 16384 --steps 3 --rounds 1 \
     2>&1 | grep -v -e 'Writing model' -e 'Loading weights' -e Warning -e warn
   timeout 60 python3 bench/grpo.py --only c --device cuda --tokens 16384 --hidden 2048 --chunk 2048
+fi
+if [ "$what" = parallel ] || [ "$what" = all ]; then
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    timeout -k 30 300 torchrun --standalone --nproc-per-node 2 bench/gpu.py --parallel --steps 3
+  else
+    echo "parallel: needs 2 GPUs (this machine: $(nvidia-smi -L 2>/dev/null | wc -l)); skipped"
+  fi
 fi
 if [ "$what" = serve ] || [ "$what" = all ]; then
   # checkpoints ~1 min, ours ~1.5 min, vLLM ~3.5 min (start + compile + window), ours on vLLM's LFM2 last
