@@ -139,6 +139,14 @@ def follow(objs):
         getattr(by_name[name], method)(*args)
 
 
+def close():
+    """Leave the process group together (a barrier, then destroy): a rank that exits while another still reads
+    its last message makes gloo abort that one (SIGABRT)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def release():
     """On rank 0: end the other ranks' `follow` (or their wait to start). Returns False, sending nothing,
     if a call failed half-way: the others are then inside a collective and cannot be told; the caller

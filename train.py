@@ -570,7 +570,8 @@ def main(argv=None):
     _, _, device = P.init(placement(cfg, local)[3])
     cfg = P.broadcast(cfg)           # rank 0's (its run name has a timestamp)
     if rank > 0:
-        return follow(cfg, device)
+        follow(cfg, device)
+        return P.close()
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
@@ -578,7 +579,9 @@ def main(argv=None):
             RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
         sys.exit(f"train.py: {e}")
     finally:
-        if not P.release():          # failed inside a collective: the other ranks wait in it; torchrun stops them
+        if P.release():
+            P.close()
+        else:                        # failed inside a collective: the other ranks wait in it; torchrun stops them
             print("train.py: rank 0 failed during a step; the other ranks are stopped by torchrun", file=sys.stderr)
 
 
