@@ -560,8 +560,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
     c.add_argument("dir", help="a task folder or a folder of them (e.g. data/)")
-    c.add_argument("-j", "--workers", type=int, default=None,
-                   help="tasks checked at once (default: twice the CPU count)")
+    c.add_argument("-j", "--workers", type=int, default=None, help="tasks checked at once (default: 2 x the CPU count)")
     c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
     s = sub.add_parser("split", help="print the holdout manifest a run records (train.py's HOLDOUT table)")
@@ -571,8 +570,7 @@ def main(argv=None):
     if args.cmd == "split":     # the numbers are train.py's table (train imports this file: imported only here)
         from train import HOLDOUT, SHARED
         seed = SHARED["seed"] if args.seed is None else args.seed
-        print(json.dumps(split_manifest(load_tasks(args.dir), HOLDOUT, seed), indent=1))
-        return 0
+        return print(json.dumps(split_manifest(load_tasks(args.dir), HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
     sandbox, warning = SB.resolve_sandbox(args.sandbox)
@@ -596,4 +594,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except TaskError as e:          # an unknown suite or folder: one line naming it, no traceback
+        sys.exit(f"tasks.py: {e}")

@@ -451,7 +451,9 @@ async def run(cfg, resume=False):
     if serve_on:
         print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
               f"{train_on if P.world() > 1 else device}", flush=True)
-    split = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
+    recorded = run_dir / "split.json"          # a resumed run keeps its split, whatever the table says now
+    split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
+        T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
     train_tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
     (run_dir / "split.json").write_text(json.dumps(split, indent=1))
     for n in names:

@@ -619,3 +619,14 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     time.sleep(0.5)
     assert got == [b"LEAK"]
     srv.close()
+
+
+@pytest.mark.parametrize("cmd", ["split", "check"])
+def test_cli_unknown_suite_is_one_line(cmd):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "tasks.py"), cmd, "no-such-suite"], cwd=root, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "Traceback" not in p.stderr and "no-such-suite" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

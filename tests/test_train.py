@@ -546,10 +546,16 @@ def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
     p.wait()
     while any(alive(w) for w in workers):
         time.sleep(0.1)                       # ...and die with it (parallel.init), else this would wait forever
+    split = json.loads((run / "split.json").read_text())     # the run's recorded split, not the table's, on resume
+    split["eval"] = sorted(set(split["eval"]) | set(split["train"]) - {"toy-count"})
+    (run / "split.json").write_text(json.dumps(split))
+    resumed = time.time()
     one = train(["--resume", str(run), "--steps", "6"], env)      # a different world size: one process
     out, _ = one.communicate(timeout=600)
     assert one.returncode == 0, out[-3000:]
     assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4, 5, 6]
+    later = [f for f in (run / "rollouts" / "mini").rglob("*.json") if f.stat().st_mtime > resumed]
+    assert later and {json.loads(f.read_text())["extra"]["task"] for f in later} == {"toy-count"}
 
 
 @pytest.mark.parametrize("extra,needle", [
