@@ -8,7 +8,10 @@ What it does
   the MoE router and the experts.
 - Which adapter runs: `set_adapter(model, name)` (one for the whole batch; None = base), or
   `set_adapter(model, [name_or_None per row])` for batched inference where rows use different
-  adapters: each adapter's rows are gathered once per layer (a loop over adapters, not tokens).
+  adapters: the batch's adapters are stacked into one A [sum r, in] and one scaled B [out, sum r] per
+  layer, and each row keeps only its own adapter's columns of x A^T (a 0/1 mask made once per batch and
+  shared by every layer): two matmuls a layer whatever the number of adapters, no gathering of rows.
+  The stacks are cached per layer and rebuilt when the set of adapters or any of their weights change.
 - `save_adapter` / `load_adapter` speak PEFT's format, which vLLM loads as is: `adapter_config.json`
   + `adapter_model.safetensors` with `base_model.model.<module>.lora_A.weight` / `.lora_B.weight`,
   written atomically. Everything in an adapter is checked before anything is changed.
@@ -60,6 +63,21 @@ class Routing(threading.local):
     def __init__(self):
         self.active = None       # adapter name, or None for the base model
         self.rows = None         # per-row adapter names (batched inference), or None
+        self.order = ()          # the distinct adapters of `rows`, in first-seen order
+        self.masks = {}          # this batch's row masks, by layer layout (set_adapter starts a new dict)
+
+    def mask(self, names, ranks, dtype, device):
+        """[rows, sum(ranks)]: 1 where a row's adapter owns the stacked column. Made once per batch and
+        layout (every layer of a full-target adapter set shares one), so a GPU step copies it to the
+        device once, not once per adapter per layer."""
+        key = (names, ranks, dtype, device)
+        m = self.masks.get(key)
+        if m is None:
+            slot = {n: i for i, n in enumerate(names)}
+            row = torch.tensor([slot.get(n, -1) for n in self.rows])      # -1: the base, or not in this layer
+            col = torch.arange(len(names)).repeat_interleave(torch.tensor(ranks))
+            m = self.masks[key] = (row[:, None] == col).to(device=device, dtype=dtype)
+        return m
 
 
 class LoRALinear(nn.Linear):
@@ -73,19 +91,24 @@ class LoRALinear(nn.Linear):
         self.lora_A, self.lora_B = nn.ParameterDict(), nn.ParameterDict()
         self.scaling = {}
         self.routing = routing
+        self._stack = None      # (names, dtype, versions, parameters, A, B, ranks): see `stacked`
 
     def add(self, name, rank, scaling):
         w = self.weight    # adapters are kept in fp32 (master weights) whatever the base dtype
         A = torch.empty(rank, self.in_features, device=w.device, dtype=torch.float32)
         nn.init.kaiming_uniform_(A, a=math.sqrt(5))      # PEFT's default init
-        self.lora_A[name] = nn.Parameter(A)
-        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32))
-        self.scaling[name] = scaling
+        self.put(name, nn.Parameter(A), nn.Parameter(torch.zeros(self.out_features, rank, device=w.device,
+                                                                 dtype=torch.float32)), scaling)
+
+    def put(self, name, A, B, scaling):
+        self.lora_A[name], self.lora_B[name], self.scaling[name] = A, B, scaling
+        self._stack = None      # the stacked copy no longer holds this layer's adapters
 
     def remove(self, name):
         for d in (self.lora_A, self.lora_B, self.scaling):
             if name in d:
                 d.pop(name)
+        self._stack = None      # (and frees its copy of the adapter now)
 
     def forward(self, x):
         r = self.routing
@@ -98,20 +121,37 @@ class LoRALinear(nn.Linear):
                 return _lora_linear(x, self.weight, self.bias, A, B, self.scaling[r.active])[0]
             return F.linear(x, self.weight, self.bias)
         y = F.linear(x, self.weight, self.bias)
-        T = x.shape[-2] // len(r.rows) if x.dim() == 2 else None
-        for name in set(r.rows):
-            if name not in self.scaling:
-                continue
-            rows = [i for i, n in enumerate(r.rows) if n == name]
-            if x.dim() == 2:          # model.py flattens [B, T] tokens to [B*T]
-                idx = (torch.tensor(rows, device=x.device)[:, None] * T + torch.arange(T, device=x.device)).flatten()
-            else:
-                idx = torch.tensor(rows, device=x.device)
-            xs = x.index_select(0, idx)
-            A, B = self.lora_A[name].to(x.dtype), self.lora_B[name].to(x.dtype)
-            delta = (xs @ A.t()) @ B.t() * self.scaling[name]
-            y = y.index_add(0, idx, delta.to(y.dtype))
+        names = tuple(n for n in r.order if n in self.scaling)
+        if not names:
+            return y
+        A, B, ranks = self.stacked(names, x.dtype)
+        m = r.mask(names, ranks, x.dtype, x.device)
+        # rows are [B*T] flattened tokens (model.py) or [B, T, ...]: view x A^T as [B, T, sum r] for the mask
+        xa = x.reshape(-1, x.shape[-1]) @ A.t()
+        xa.view(len(r.rows), -1, xa.shape[-1]).mul_(m[:, None])
+        y.view(-1, y.shape[-1]).addmm_(xa, B.t())
         return y
+
+    def stacked(self, names, dtype):
+        """(A [sum r, in], B * scaling [out, sum r], ranks) of `names`, in x's dtype. Cached while the same
+        adapters hold the same versions: `put` and `remove` drop the cache (a name re-added is new weights), and
+        in-place writes (copy_, a load in place, an optimizer step) bump the parameters' `_version`. Never
+        cached while one of them trains (requires_grad): fused AdamW writes without bumping `_version`, so a
+        trainer's live adapter is re-stacked on each forward (the server's adapters are frozen snapshots);
+        that fresh stack is also what gradients, when on, flow through to every trainable A and B.
+        Writes through `.data` are not seen (nothing here makes one)."""
+        c = self._stack
+        if c is not None and c[0] == names and c[1] == dtype and c[2] == tuple(p._version for p in c[3]) \
+                and not any(p.requires_grad for p in c[3]):     # a few us a layer at 15 adapters
+            return c[4:]
+        ps = [(self.lora_A[n], self.lora_B[n]) for n in names]
+        A = torch.cat([a for a, _ in ps]).to(dtype)
+        B = torch.cat([b * self.scaling[n] for n, (_, b) in zip(names, ps)], 1).to(dtype)     # scaled in fp32
+        ranks = tuple(a.shape[0] for a, _ in ps)
+        flat = [p for ab in ps for p in ab]
+        if not any(p.requires_grad for p in flat):
+            self._stack = (names, dtype, tuple(p._version for p in flat), flat, A, B, ranks)
+        return A, B, ranks
 
 
 def _lora_linear(x, weight, bias, A, B, s):
@@ -224,6 +264,7 @@ def set_adapter(model, adapter):
         return
     if isinstance(adapter, (list, tuple)):
         r.active, r.rows = None, list(adapter)
+        r.order, r.masks = tuple(dict.fromkeys(n for n in adapter if n is not None)), {}
     else:
         r.active, r.rows = adapter, None
 
@@ -360,10 +401,8 @@ def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
     if adapter in getattr(model, "lora_config", {}):       # replace=True, and the new one is sound
         remove_adapter(model, adapter)
     for mod_name, ab in pairs.items():     # all checked: now add (fp32, like adapters made here)
-        lin = layers[mod_name]
-        lin.lora_A[adapter] = nn.Parameter(ab["A"].to(dev, torch.float32), requires_grad=False)
-        lin.lora_B[adapter] = nn.Parameter(ab["B"].to(dev, torch.float32), requires_grad=False)
-        lin.scaling[adapter] = scaling
+        layers[mod_name].put(adapter, nn.Parameter(ab["A"].to(dev, torch.float32), requires_grad=False),
+                             nn.Parameter(ab["B"].to(dev, torch.float32), requires_grad=False), scaling)
     model.lora_config = getattr(model, "lora_config", {})
     model.lora_config[adapter] = {"r": r, "lora_alpha": alpha, "use_rslora": bool(cfg.get("use_rslora"))}
     return model

@@ -5,6 +5,7 @@ OpenAI HTTP API, on random checkpoints the bench writes itself. Prints generated
     python bench/serve.py                                  # CPU: scaled-down shapes and load, ours + vLLM (CPU build)
     timeout 540 python bench/serve.py --device cuda        # GPU: LFM3-1.7B (ours) vs LFM2-1.2B (vLLM), bf16
     python bench/serve.py --server ours --sessions 1       # the one-at-a-time baseline of continuous batching
+    python bench/serve.py --decode                         # one 48-row decode step: 15 / 3 / 1 adapters, base
 
 The load (seeded, the same for every server): `--sessions` concurrent sessions (48 = 6 groups x 8 rollouts) that
 run episodes back to back until the window closes, as the rollout pool keeps 48 going. Group g is harness a(g%3):
@@ -415,6 +416,40 @@ def run_one(kind, ckpt, args, work, plan):
                 errors=len(st.errors), first_error=st.errors[0] if st.errors else None, **extra)
 
 
+def decode_steps(ckpt, args, work):
+    """`--decode`: one engine decode step (48 rows, one token each, KV of 200-400 tokens), in this process, with
+    the rows on 15 adapters, on 3, all on one, and the base; and on 15 whose set changes every step (every layer
+    restacks them: the cost when a version joins or leaves the batch). Median ms of `--repeats` steps a setting,
+    in 3 rounds of blocks so a noisy machine hits every setting alike; one untimed step before each block."""
+    adapters = write_adapters(ckpt, Path(work) / "adapters" / Path(ckpt).name)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    m = C.load_model(ckpt, dtype=dtype, device=args.device)
+    for name, d in adapters.items():
+        L.load_adapter(m, d, adapter=name)
+    names, B = list(adapters), args.sessions
+    cache = m.new_cache(B, 600)
+    cache.lengths[:] = torch.randint(200, 400, (B,), generator=torch.Generator().manual_seed(0))
+    toks = torch.randint(0, m.config.vocab_size, (B, 1), device=args.device)
+    fifteen = [names[i % 15] for i in range(B)]
+    settings = {"15 adapters": lambda i: fifteen, "3 adapters": lambda i: [names[i % 3] for i in range(B)],
+                "1 adapter": lambda i: names[0], "base": lambda i: None,
+                "15, set changing": lambda i: fifteen if i % 2 else fifteen[:-1] + [None]}
+    times = {k: [] for k in settings}
+    torch.set_grad_enabled(False)
+    for _ in range(3):
+        for k, rows in settings.items():
+            for i in range(args.repeats // 3 + 1):
+                L.set_adapter(m, rows(i))      # per step, as the engine does
+                t = time.perf_counter()
+                m(toks, cache=cache)[:, -1].float().cpu()
+                times[k] += [time.perf_counter() - t] if i else []
+                cache.lengths -= 1          # the next step decodes at the same lengths
+    print(f"# decode step: {B} rows, {Path(ckpt).name}, {args.dtype} on {args.device}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, median of {len(times['base'])}, load {os.getloadavg()[0]:.1f}")
+    for k, ts in times.items():
+        print(f"{k:<18}{statistics.median(ts) * 1e3:>8.1f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="(default: %(default)s)")
@@ -433,6 +468,9 @@ def main():
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-serve"), help="checkpoints, adapters, logs "
                     "(default: %(default)s)")
     ap.add_argument("--json", default=None, help="also write the rows here")
+    ap.add_argument("--decode", action="store_true", help="instead: time one decode step of --sessions rows in "
+                    "process, rows on 15 / 3 / 1 adapters and the base (no server, no HTTP)")
+    ap.add_argument("--repeats", type=int, default=20, help="--decode: steps per setting (default: %(default)s)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # `timeout` stops the servers too (finally: stop)
@@ -446,6 +484,8 @@ def main():
     anchor_shape = ours_shape.replace("lfm3-1.7b", "lfm2-1.2b").replace("lfm3-cpu", "lfm2-cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     work = Path(args.work)
+    if args.decode:
+        return decode_steps(write_checkpoint(work / f"{ours_shape}-{args.dtype}", ours_shape, dtype), args, work)
     runs = {"ours": [("ours", ours_shape)], "vllm": [("vllm", anchor_shape)],
             "both": [("ours", ours_shape), ("vllm", anchor_shape)],
             "all": [("ours", ours_shape), ("vllm", anchor_shape), ("ours", anchor_shape)]}[args.server]

@@ -1,6 +1,7 @@
 """lora.py against PEFT on transformers' models (test-only reference), multi-adapter routing, format rules."""
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -141,7 +142,8 @@ def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
 
 def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a",))
+    L.add_lora(ours, rank=8, alpha=16, adapters=("b",))      # another rank: the stacks are [4 + 8] wide
     randomize(ours, "a", 1)
     randomize(ours, "b", 2)
     ids = rand_ids(3, 10)
@@ -157,6 +159,107 @@ def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
     with torch.no_grad():
         steps = [ours(ids[:, :6], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
     assert (torch.cat(steps, 1) - got).abs().max() <= TOL
+
+
+def per_row_layer(ranks, seed=0):
+    """One LoRALinear 24 -> 20 with frozen adapters of the given ranks (random A and B of outputs ~1, scaling
+    alpha / r)."""
+    g = torch.Generator().manual_seed(seed)
+    lin = L.LoRALinear(torch.nn.Linear(24, 20), L.Routing())
+    for name, r in ranks.items():
+        lin.put(name, torch.nn.Parameter(0.2 * torch.randn(r, 24, generator=g), requires_grad=False),
+                torch.nn.Parameter(0.2 * torch.randn(20, r, generator=g), requires_grad=False), 16 / r)
+    return lin.requires_grad_(False)
+
+
+def one_row(lin, x, name):
+    """The reference: the base plus one adapter's s (x A^T) B^T, written out."""
+    y = torch.nn.functional.linear(x, lin.weight, lin.bias)
+    return y if name is None else y + lin.scaling[name] * (x @ lin.lora_A[name].t()) @ lin.lora_B[name].t()
+
+
+@pytest.mark.parametrize("three_d", [False, True])
+def test_stacked_per_row_lora_equals_each_row_with_its_own_adapter(three_d):
+    """Two matmuls over the batch's stacked adapters == each row through its own adapter: rows with no adapter,
+    ranks 2 / 8 / 32 side by side, an adapter this layer lacks, [B*T, in] (model.py's flat tokens) and [B, T, in]."""
+    lin = per_row_layer({"r2": 2, "r8": 8, "r32": 32})
+    rows = ["r8", None, "r32", "r2", "r8", "elsewhere", None]     # "elsewhere": an adapter on other layers only
+    L.set_adapter(SimpleNamespace(lora_routing=lin.routing, lora_config=dict.fromkeys(rows)), rows)
+    x = torch.randn(len(rows), 5, 24, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = lin(x if three_d else x.flatten(0, 1)).view(len(rows), 5, 20)
+        for i, name in enumerate(rows):
+            assert (got[i] - one_row(lin, x[i], None if name == "elsewhere" else name)).abs().max() <= 1e-5, i
+
+
+def test_a_stale_stack_is_never_used(tmp_path):
+    """The per-layer cache of stacked adapters follows in-place writes (copy_, a trainer's AdamW step on an
+    adapter the server also routes to) and a name removed then added back with other weights (a load in place)."""
+    _, ours = save_hf(tmp_path, "lfm2")
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b", "live"))
+    for i, name in enumerate(("a", "b", "live")):
+        randomize(ours, name, i)
+    for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b"):
+        p.requires_grad_(False)        # served snapshots are frozen; "live" trains
+    ids, rows = rand_ids(3, 7), ["a", "b", "live"]
+
+    def check(what):
+        L.set_adapter(ours, rows)
+        got = logits(ours, ids)
+        for i, name in enumerate(rows):
+            L.set_adapter(ours, name)
+            assert (got[i] - logits(ours, ids[i:i + 1])[0]).abs().max() <= TOL, (what, name)
+    check("first")                     # builds and caches the stacks
+    lin = next(iter(L.lora_layers(ours).values()))
+    assert lin._stack is None          # "live" trains: never cached
+    rows = ["a", "b", None]
+    check("frozen only")
+    assert lin._stack is not None and lin._stack[0] == ("a", "b")
+    with torch.no_grad():              # an in-place write on a cached adapter
+        for p in L.lora_parameters(ours, "a"):
+            p.mul_(-2)
+    check("after copy_")
+    config, sd = L.snapshot(ours, "live")
+    L.install_adapter(ours, config, sd, "b", replace=True)       # serve.py's load_inplace
+    check("after a load in place")
+    L.remove_adapter(ours, "a")
+    L.add_lora(ours, rank=8, alpha=8, adapters=("a",))           # same name, new weights (B = 0: the base)
+    randomize(ours, "a", 7)
+    for p in L.lora_parameters(ours, "a"):
+        p.requires_grad_(False)
+    check("after remove + add")
+    rows = ["live", "a", "b"]
+    check("with the live adapter")
+    for fused in (False, True):       # fused AdamW writes without bumping _version: the live one is never cached
+        opt = torch.optim.AdamW(L.lora_parameters(ours, "live"), lr=0.05, fused=fused)
+        L.set_adapter(ours, "live")
+        ours(ids).logsumexp(-1).mean().backward()
+        opt.step()
+        check(f"after an AdamW step, fused={fused}")
+
+
+def test_per_row_gradients_equal_separate_forwards(tmp_path):
+    """With gradients on, the per-row path trains every adapter of the batch as separate forwards would."""
+    _, ours = save_hf(tmp_path, "lfm3")
+    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
+    randomize(ours, "a", 1)
+    randomize(ours, "b", 2)
+    ids, rows = rand_ids(3, 6), ["b", None, "a"]
+    grads = []
+    for per_row in (True, False):
+        for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b"):
+            p.grad = None
+        if per_row:
+            L.set_adapter(ours, rows)
+            ours(ids).logsumexp(-1).sum().backward()
+        else:
+            for i, name in enumerate(rows):
+                if name:                # the base row has nothing to train
+                    L.set_adapter(ours, name)
+                    ours(ids[i:i + 1]).logsumexp(-1).sum().backward()
+        grads.append([p.grad.clone() for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b")])
+    for g, want in zip(*grads):
+        assert (g - want).abs().max() <= 1e-5 * max(1.0, want.abs().max().item())
 
 
 def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):
