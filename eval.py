@@ -169,7 +169,7 @@ def _f(v, fmt="{:.2f}"):
 
 async def evaluate(args):
     given = {k: v for k, v in vars(args).items() if v is not None}
-    cfg = {**recipe_config(args.model, args.recipe, "eval.py"), **given}
+    cfg = {**recipe_config(args.model, args.recipe, prog="eval.py"), **given}
     validate(cfg, "eval.py")
     path = model_path(args.model, args.seed)
     if not args.recipe and cfg["recipe"] != args.model:

@@ -48,7 +48,7 @@ def _default(k, shared, recipes):
     return f"({base}{'; ' + rows if rows else ''})"
 
 
-def parse_args(argv, shared, recipes, doc):
+def parse_args(argv=None, *, shared, recipes, doc):
     _d = lambda k: _default(k, shared, recipes)     # noqa: E731
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help=f"one of {', '.join(recipes)}, a HF repo id, a checkpoint folder or a .gguf file")
@@ -90,7 +90,7 @@ RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes"
                     "gpu_memory", "server_gpus", "train_gpus", "fsdp", "dashboard", "dashboard_host", "report_to")
 
 
-def effective_config(args, shared, recipes) -> dict:
+def effective_config(args, *, shared, recipes) -> dict:
     if args.resume:
         cf = Path(args.resume) / "config.json"
         try:
@@ -111,7 +111,7 @@ def effective_config(args, shared, recipes) -> dict:
         return cfg
     if not args.model:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
-    cfg = recipe_config(args.model, args.recipe, shared, recipes)
+    cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
     validate(cfg)
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
@@ -119,7 +119,7 @@ def effective_config(args, shared, recipes) -> dict:
     return cfg
 
 
-def recipe_config(model, recipe, shared, recipes, prog="train.py") -> dict:
+def recipe_config(model, recipe=None, *, shared, recipes, prog="train.py") -> dict:
     """The table's numbers for a model: SHARED under its RECIPES row (a path or repo id takes `recipe`, else
     LFM3-1.7B's row)."""
     recipe = recipe or (model if model in recipes else "LFM3-1.7B")
@@ -147,6 +147,7 @@ LIMITS = {
     "ratio_cap": _num(1, lo_open=True), "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
     "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
     "gpu_memory": _num(0, 1, lo_open=True), "stall_timeout": _num(0, lo_open=True),
+    "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)"),
 }
 
 

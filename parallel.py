@@ -76,6 +76,9 @@ def init(device=None):
     return rank, world, device
 
 
+_PARENT = os.getppid()         # torchrun's agent (it may itself be pid 1, in a container)
+
+
 def _die_with_parent():
     """torchrun starts its workers in sessions of their own: a kill -9 of torchrun (or of its process group)
     would leave them running - rank 0 still writing the run that a --resume then opens a second time. On
@@ -85,7 +88,7 @@ def _die_with_parent():
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)       # PR_SET_PDEATHSIG, SIGKILL
     except (OSError, AttributeError):                       # not Linux: rundir's lock still refuses a 2nd writer
         pass
-    if os.getppid() == 1:                                   # the parent died before the call above
+    if os.getppid() != _PARENT:                             # the parent died before the call above
         os._exit(1)
 
 
@@ -117,18 +120,32 @@ def gather(items):
     return [x for part in out for x in part] if rank == 0 else []
 
 
-_busy = []      # a call in progress on rank 0: a failure inside it leaves the other ranks inside a collective
+_busy = []      # lockstep work in progress on rank 0: a failure inside it leaves the others inside a collective
+
+
+@contextlib.contextmanager
+def lockstep(what):
+    """Rank 0 and the others are in the same collective code (a `call`, or building the wrapped model): if it
+    raises, this rank is `broken` - the others cannot be told anything any more."""
+    if _busy and _rank_world()[1] > 1:
+        raise RuntimeError(f"{what}: an earlier collective ({_busy[0]}) failed half-way; no further one")
+    _busy.append(what)
+    yield
+    _busy.pop()
+
+
+def broken():
+    """True once lockstep work failed half-way on this rank (then: no collective, no `release`)."""
+    return bool(_busy) and _rank_world()[1] > 1
 
 
 def call(obj, method, *args):
     """On rank 0: obj.method(*args) on every rank, the others first told (via `follow`) which object
     (`obj.name`) and method, with rank 0's args; returns rank 0's result. One process: a plain call."""
-    if _rank_world()[1] > 1:
-        broadcast((obj.name, method, args))
-    _busy.append(method)
-    out = getattr(obj, method)(*args)
-    _busy.pop()
-    return out
+    with lockstep(method):
+        if _rank_world()[1] > 1:
+            broadcast((obj.name, method, args))
+        return getattr(obj, method)(*args)
 
 
 def follow(objs):
@@ -151,9 +168,10 @@ def release():
     """On rank 0: end the other ranks' `follow` (or their wait to start). Returns False, sending nothing,
     if a call failed half-way: the others are then inside a collective and cannot be told; the caller
     exits non-zero and torchrun stops them."""
-    if _rank_world()[1] == 1 or _busy:
-        return not _busy
-    broadcast(None)
+    if broken():
+        return False
+    if _rank_world()[1] > 1:
+        broadcast(None)
     return True
 
 

@@ -36,16 +36,23 @@ class ResumeError(Exception):
     """--resume cannot go on (no usable checkpoint, a finished or clashing run): the message says why."""
 
 
+class RunInUse(ResumeError):
+    """Another live process holds the run dir (its lock): nothing of it may be touched."""
+
+
 def lock(run_dir):
     """Hold run_dir for this process until it exits (an flock on run_dir/.lock, which the kernel drops when
     the process dies, kill -9 included). Raises ResumeError if another process holds it: two writers would
     interleave metrics lines and checkpoints."""
-    f = open(Path(run_dir) / ".lock", "a+")
+    try:
+        f = open(Path(run_dir) / ".lock", "a+")
+    except OSError as e:         # a read-only run dir
+        raise ResumeError(f"{run_dir}: cannot write its lock file ({e.strerror}): a run dir must be writable") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.seek(0)
-        raise ResumeError(f"{run_dir} is in use by another train.py (pid {f.read().strip() or '?'}): stop it first, "
+        raise RunInUse(f"{run_dir} is in use by another train.py (pid {f.read().strip() or '?'}): stop it first, "
                           "or use another --run") from None
     f.truncate(0)
     f.write(str(os.getpid()))

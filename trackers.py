@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import sys
 
 PROJECT = "harness-rl"
@@ -24,7 +25,8 @@ def _trackio(mod, name, config, run_dir):
 
 
 def _wandb(mod, name, config, run_dir):
-    run = mod.init(project=PROJECT, name=name, id=name, config=config, dir=str(run_dir), resume="allow")
+    run = mod.init(project=PROJECT, name=name, id=re.sub(r"[^\w.-]", "-", name),    # wandb ids: none of / \ # ? % :
+                   config=config, dir=str(run_dir), resume="allow")
     seen = set()
 
     def log(m, step, prefix):

@@ -1,8 +1,7 @@
 """Train LoRA adapters with GRPO inside real coding-agent harnesses: the whole recipe, end to end.
 
     python train.py --model tiny                               # CPU demo: tiny checkpoint, toy tasks, mini
-    python train.py --model LFM3-1.7B --harness pi             # the recipe, on GPUs with vLLM
-    python train.py --model LFM3-1.7B --harness pi,opencode,hermes --server vllm
+    python train.py --model LFM2.5-24B-A2B --harness pi,opencode,hermes     # the recipe: 3 adapters, vLLM
     python train.py --resume runs/<name>                       # continue a stopped or killed run
     torchrun --nproc-per-node 2 train.py --model LFM3-1.7B --harness pi     # 2 GPUs (data parallel)
 
@@ -23,9 +22,8 @@ holdout split is HOLDOUT, recorded with the run as split.json), and can be overr
 (adapters, optimizers, step, RNG, data cursor) are written atomically every `--save-every` steps and at
 exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the step, checkpoints).
 
-Several GPUs: `torchrun --nproc-per-node N train.py ...` - rank 0 does all of the above; every rank holds
-the model and the adapter, each step's micro-batches are split across ranks and their gradients summed
-(parallel.py: DDP, or FSDP2 with --fsdp), so N ranks make the update one process makes (`Trainer.train`).
+Under `torchrun --nproc-per-node N` rank 0 does all of the above; each rank trains its share of a step's
+micro-batches, gradients summed (parallel.py: DDP or FSDP2), so N ranks make one process's update.
 
 Left out: several harnesses in one torchrun (one per run); a learning rate schedule (the recipe gives none).
 """
@@ -35,6 +33,7 @@ import asyncio
 import collections
 import copy
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -103,18 +102,10 @@ RECIPES = {
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 
-def parse_args(argv=None):
-    return F.parse_args(argv, SHARED, RECIPES, __doc__)
-
-
-def effective_config(args) -> dict:
-    return F.effective_config(args, SHARED, RECIPES)
-
-
-def recipe_config(model, recipe=None, prog="train.py") -> dict:
-    return F.recipe_config(model, recipe, SHARED, RECIPES, prog)
-
-
+# the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)
+parse_args = functools.partial(F.parse_args, shared=SHARED, recipes=RECIPES, doc=__doc__)
+effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=RECIPES)
+recipe_config = functools.partial(F.recipe_config, shared=SHARED, recipes=RECIPES)
 validate = F.validate      # eval.py checks its numbers with the same ranges
 
 
@@ -241,6 +232,7 @@ class Trainer:
         if grad_norm is not None:
             self.version += 1
             self.take_snapshot()
+        out = [(x.cpu(), {k: v.cpu() for k, v in st.items()}) for x, st in out]   # rank 0 unpickles them: CPU
         return P.gather(out), grad_norm
 
     def loss(self, net, mb):
@@ -405,14 +397,14 @@ def follow(cfg, device):
 
 # ----------------------------------------------------------------------------- checkpoints, metrics
 
-def save_checkpoint(run_dir, trainers):
+def save_checkpoint(run_dir, trainers, alone=False):
     """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename).
     The snapshot is taken under TRAIN_LOCK: no optimizer step or step commit happens in between. Saves
     from several trainers' threads are serialised (CHECKPOINT_LOCK): they share the temp dir, and the
-    newer snapshot must land last."""
+    newer snapshot must land last. alone: rank 0's state without the other ranks (DDP: it holds all of it)."""
     with CHECKPOINT_LOCK:
         with TRAIN_LOCK:
-            state = copy.deepcopy({"trainers": {t.name: P.call(t, "state") for t in trainers}, "rng": {
+            state = copy.deepcopy({"trainers": {t.name: t.state() if alone else P.call(t, "state") for t in trainers}, "rng": {
                 "torch": torch.get_rng_state(), "python": random.getstate()}})
         RD.write_checkpoint(run_dir, state)
 
@@ -447,6 +439,13 @@ async def run(cfg, resume=False):
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
     reporter = trackers.Reporter(cfg.get("report_to"), run_dir.name, cfg, run_dir)     # not installed: stops here
+    dash = None
+    if cfg.get("dashboard") is not None:        # on this event loop: it only reads the run's files
+        import dashboard
+        try:
+            dash, url = await dashboard.start([run_dir], cfg.get("dashboard_host") or "127.0.0.1", cfg["dashboard"])
+        except OSError as e:
+            raise ValueError(f"--dashboard {cfg['dashboard']}: cannot listen there ({e.strerror or e})") from None
     serve_on, train_on, memory, device = placement(cfg, 0)
     if serve_on:
         print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
@@ -463,7 +462,8 @@ async def run(cfg, resume=False):
         print(warning, file=sys.stderr, flush=True)
     path = model_path(cfg["model"], cfg["seed"])
     P.broadcast(True)           # torchrun: the other ranks build the same model, adapters and optimizers now
-    model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
+    with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
+        model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
     if mode:
         print(f"torchrun: {P.world()} ranks, {mode.upper()}; this rank (0) serves, drives the rollouts and writes "
               "every file", flush=True)
@@ -494,11 +494,8 @@ async def run(cfg, resume=False):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    pools, proxies, t_start, died, watch, dash = [], [], time.time(), [], None, None
+    pools, proxies, t_start, died, watch = [], [], time.time(), [], None
     try:
-        if cfg.get("dashboard") is not None:    # on this event loop: it only reads the run's files
-            import dashboard
-            dash, url = await dashboard.start([run_dir], cfg.get("dashboard_host") or "127.0.0.1", cfg["dashboard"])
         print(f"run dir {run_dir} (checkpoints every {cfg['save_every']} steps in checkpoint/, metrics.jsonl, "
               f"adapters/, rollouts/) | model {path} | dashboard {url if dash else 'off (--dashboard)'}", flush=True)
         for t in trainers:
@@ -536,7 +533,11 @@ async def run(cfg, resume=False):
         if dash:
             await dash.cleanup()
         reporter.close()
-        await asyncio.to_thread(save_checkpoint, run_dir, trainers)
+        try:     # a step that failed half-way under torchrun: the others are stuck in it; DDP's rank 0 saves alone
+            if not P.broken() or mode == "ddp":
+                await asyncio.to_thread(save_checkpoint, run_dir, trainers, P.broken())
+        except Exception as e:
+            print(f"train.py: no checkpoint at exit ({type(e).__name__}: {e}); --resume takes the last one", file=sys.stderr)
         for p in pools:
             await p.stop()
         for p in proxies:
@@ -564,6 +565,8 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         cfg = effective_config(args)
+        if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
+            cfg["device"] = None
         check_world(cfg, world)
     except SystemExit as e:          # under torchrun every rank finds the same mistake: rank 0 says it
         sys.exit(e.code if rank == 0 else 1)
@@ -577,14 +580,14 @@ def main(argv=None):
     try:
         asyncio.run(run(cfg, resume=bool(args.resume)))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
-        if not args.resume:          # refused before its first step (no model, no vLLM...): leave no empty run behind
+        if not args.resume and not isinstance(e, RD.RunInUse):     # refused before its first step: no empty run left
             RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
         sys.exit(f"train.py: {e}")
     finally:
         if P.release():
             P.close()
         else:                        # failed inside a collective: the other ranks wait in it; torchrun stops them
-            print("train.py: rank 0 failed during a step; the other ranks are stopped by torchrun", file=sys.stderr)
+            print("train.py: rank 0 failed in work done in lockstep; torchrun stops the other ranks", file=sys.stderr)
 
 
 if __name__ == "__main__":

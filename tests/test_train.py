@@ -64,6 +64,9 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     second = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)      # a second writer on a live run
     assert second.returncode != 0 and "is in use by another train.py" in second.stderr, second.stderr
+    fresh = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--runs", str(tmp_path / "runs"),
+                            "--run", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert fresh.returncode != 0 and "is in use" in fresh.stderr and (run / "config.json").exists()   # untouched
     while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
             len({(m["harness"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
         assert p.poll() is None, p.stdout.read()      # the server keeps serving: steps go on after the faults
@@ -141,6 +144,7 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     (["--rank", "0"], "--rank must be"), (["--steps", "-1"], "--steps must be"), (["--token-budget", "0"], "--token-budget"),
     (["--max-tokens", "0"], "--max-tokens must be"), (["--lr", "nan"], "--lr must be a number > 0"),
     (["--temperature", "inf"], "--temperature"), (["--max-tokens", "5000", "--context", "4096"], "must be below --context"),
+    (["--dashboard", "99999"], "--dashboard must be a port"), (["--dashboard", "-1"], "--dashboard must be a port"),
 ])
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
     import train as T
@@ -644,3 +648,45 @@ def test_eval_table_shows_rollouts_score_pass_tools_blocks_and_why_ungraded():
     assert base.endswith("1 (timeout 1)") and "0% (0%-49%)" in base
     assert v8.split()[:3] == ["v8", "5", "0.750"] and "50% (" in v8 and v8.endswith("3 (harness 1, timeout 2)")
     assert v8.split()[-8:-4] == ["3.00", "2.00", "1", "3"]           # tool calls, per solved, guard blocks, ungraded
+
+
+INJECT = '''import os, sys
+sys.path.insert(0, {root!r})
+sys.argv[0] = {root!r} + "/train.py"
+import train
+if os.environ["RANK"] == "0":           # rank 0 only: the others are inside the step's collectives when it fails
+    real = train.Trainer.loss
+    def loss(self, net, mb):
+        if self.step + 1 == 2:
+            raise RuntimeError("injected: out of memory on rank 0 at step 2")
+        return real(self, net, mb)
+    train.Trainer.loss = loss
+train.main()
+'''
+
+
+@pytest.mark.parametrize("fsdp", ["off", "on"])
+def test_torchrun_rank_0_failing_mid_step_stops_the_job_not_hangs(tmp_path, env, fsdp):
+    """A failure on rank 0 inside a step's collectives (an OOM, say) leaves the other ranks waiting in them: rank 0
+    must not enter another collective (the exit checkpoint, the release) - it says why and exits, torchrun stops
+    the rest. Under DDP rank 0 holds the whole state and still checkpoints; the run resumes in one process."""
+    script = tmp_path / "inject.py"
+    script.write_text(INJECT.format(root=str(ROOT)))
+    run = tmp_path / "runs" / "f"
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          str(SV.free_port()), str(script), "--model", "tiny", "--steps", "3", "--sessions", "16",
+                          "--save-every", "1", "--runs", str(tmp_path / "runs"), "--name", "f", "--fsdp", fsdp],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=240)          # it used to hang here until torchrun's SIGKILL, or forever
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode != 0 and "injected: out of memory on rank 0 at step 2" in out, out[-3000:]
+    assert "torchrun stops the other ranks" in out, out[-3000:]
+    assert [m["step"] for m in metrics(run)] == [1]
+    if fsdp == "off":
+        one = train(["--resume", str(run), "--steps", "3"], env)
+        out, _ = one.communicate(timeout=600)
+        assert one.returncode == 0 and [m["step"] for m in metrics(run)] == [1, 2, 3], out[-3000:]
