@@ -28,6 +28,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -179,6 +180,11 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     log_path = Path(run_dir) / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
+    # vLLM dies with this process, even with a kill -9 of it (or of torchrun, whose workers die with it): the kernel
+    # sends it SIGTERM (setpriv --pdeathsig, util-linux). Only from the main thread: the signal follows the thread
+    # that started it, and a worker thread may end first.
+    if shutil.which("setpriv") and threading.current_thread() is threading.main_thread():
+        cmd = ["setpriv", "--pdeathsig", "TERM", "--", *cmd]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 

@@ -179,6 +179,23 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
     state = torch.load(run / "checkpoint" / "state.pt", weights_only=False)
     assert state["trainers"]["mini"]["step"] >= 4
 
+    # the other way round: train.py killed with -9 takes its vLLM with it (it would hold the GPUs otherwise)
+    proc = run_train(tmp_path, "--resume", str(run), "--steps", "50", wait=False)
+    try:
+        deadline = time.time() + 600
+        while not [d for d in Path("/proc").iterdir() if d.name.isdigit() and _is_vllm(d, tmp_path)]:
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(1)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 60
+        while [d for d in Path("/proc").iterdir() if d.name.isdigit() and _is_vllm(d, tmp_path)]:
+            assert time.time() < deadline, "vLLM outlived the train.py that started it"
+            time.sleep(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
 
 def _is_vllm(proc_dir, tmp_path):
     try:
