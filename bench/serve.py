@@ -356,7 +356,8 @@ def child(args):
             cuda = args.device == "cuda"
             e = h.server.engine
             print(json.dumps({"allocated": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-                              "prompt_hits": e.prompt_hits}), flush=True)
+                              "prompt_hits": e.prompt_hits, "prefix_hits": e.prefix_hits,
+                              "prefix_tokens": e.prefix_tokens}), flush=True)
     h.stop()
 
 
@@ -510,6 +511,8 @@ def main():
               f"{r['ttft_p50']:>11.2f}{r['ttft_p90']:>7.2f}{r['prompt_mean']:>8.0f}{r['peak_gib']:>9.2f}"
               f"{r['errors']:>7}" + ("" if gpu else f"{r['tokens_per_cpu_s']:>10.0f}{r['load']:>6.1f}")
               + (f"  (allocator peak {r['allocated']:.1f} GiB)" if r.get("allocated") else "")
+              + (f"  prompt hits {r['prompt_hits']}, prefix hits {r['prefix_hits']} ({r['prefix_tokens']} tokens "
+                 "not prefilled; since start)" if "prefix_hits" in r else "")
               + (f"  first error: {r['first_error']}" if r["first_error"] else ""), flush=True)
     by = {(r["server"], r["shape"]): r["tokens_per_s"] for r in rows}
     if ("ours", ours_shape) in by and ("vllm", anchor_shape) in by:

@@ -626,3 +626,28 @@ def test_serve_py_says_in_one_line_what_is_wrong_with_its_model(cache_env, tmp_p
     assert p.returncode != 0 and not out and "Traceback" not in err, err
     assert len(lines) == 1 or lines[0].startswith("usage:"), err
     assert needle.format(tmp=tmp_path) in lines[-1], err
+
+
+def test_sessions_sharing_a_long_prefix_prefill_it_once_and_keep_a_fresh_forwards_logprobs(env):
+    """A GRPO group's sessions share the system prompt and task, then differ: the 2nd stores the shared
+    part, the others start from it; every row still samples with a fresh forward's logprobs (prefill and
+    decode), per adapter."""
+    load(env, "ra", env["rand"])
+    e, system = env["engine"], {"role": "system", "content": " ".join(f"rule {i} holds" for i in range(40))}
+    before = e.prefix_hits
+    for adapter, ref_adapter in (("ra", "rand"), ("tiny", None)):
+        hits = e.prefix_hits
+        rs = [run(post(env["url"], "/v1/chat/completions", {
+            "model": adapter, "messages": [system, {"role": "user", "content": f"task {i}: go"}], "max_tokens": 10,
+            "temperature": 1.0, "logprobs": True, "return_token_ids": True, "seed": i}))[1] for i in range(4)]
+        assert e.prefix_hits - hits == 3          # the 2nd stores the shared part, the 3rd and 4th start from it
+        L.set_adapter(env["ref"], ref_adapter)
+        for r in rs:
+            prompt, out = r["prompt_token_ids"], r["choices"][0]["token_ids"]
+            with torch.no_grad():
+                logits = env["ref"](torch.tensor([prompt + out]))[0, len(prompt) - 1:-1]
+            want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
+            got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
+            assert (got - want).abs().max() <= 1e-4
+    L.set_adapter(env["ref"], None)
+    assert e.prefix_hits - before == 6 and e.prompt_tokens <= e.prompt_cache_tokens
