@@ -2,7 +2,8 @@
 
 - `Engine`: continuous batching. Requests wait in a queue; between decode steps the engine thread prefills
   new ones (up to max_batch) and runs commands (adapter changes never race a forward); each step advances
-  every active request one token in one forward pass, each row with its own adapter. Logprobs are those of
+  every active request one token in one forward pass, each row with its own adapter. Rows sit in the cache's
+  fixed slots (kvcache.py): a request joining or leaving copies its own row, not the batch. Logprobs are those of
   the distribution sampled from (vLLM's processed_logprobs).
 - Prompt cache (`Engine.prompts`): a prompt seen recently with the same adapter is not prefilled again (the
   8 rollouts of a GRPO group send the same first prompt): its prefilled cache and last logits are reused,
@@ -103,8 +104,9 @@ class Engine:
                  prompt_cache_tokens=32768):
         self.model, self.fmt, self.threads = model, fmt, threads
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
-        # prompt_cache_tokens token slots of KV (capacity, not just the prompt; ~1.5 GB for SmolLM2-135M fp32). Safe to share:
-        # Cache.extend copies rows into the decode batch, so a stored cache is never written to.
+        # prompt_cache_tokens token positions of KV (~1.5 GB for SmolLM2-135M fp32; a stored cache holds its prompt
+        # only: decoding room is in the batch's slots). Safe to share:
+        # Cache.extend copies its rows into free slots of the decode batch, so a stored cache is never written to.
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
@@ -203,7 +205,7 @@ class Engine:
         else:
             try:
                 L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
-                cache, logits = self._compute(key, len(req.prompt_ids) + min(req.max_tokens, 256))
+                cache, logits = self._compute(key, len(req.prompt_ids))   # decode room: the batch's slots
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return
@@ -260,7 +262,7 @@ class Engine:
 
     @staticmethod
     def _slots(key, cache):
-        """What a stored prompt holds: its cache's capacity (the prompt + decode headroom) in token slots."""
+        """What a stored prompt holds: its cache's capacity (the prompt's length) in token positions."""
         return max(len(key[1]), getattr(cache, "cap", 0))
 
     def _remember(self, key, cache, logits):
@@ -292,8 +294,13 @@ class Engine:
         finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
         keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
         if len(keep) < len(self.active):
-            self.cache.select(keep)
-            self.active = [self.active[i] for i in keep]
+            # finished rows free their slots; the batch's last rows move into them (a row copy each, not a
+            # copy of the batch), so the requests are reordered the same way
+            kept = set(keep)
+            order = self.cache.remove([i for i in range(len(self.active)) if i not in kept])
+            self.active = [self.active[i] for i in order]
+        if not self.active:     # idle: give the slots back (the next batch regrows them by doubling)
+            self.cache = self.model.new_cache(0)
 
     def _accept(self, req: Request, logits, finite=None) -> bool:
         """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose

@@ -9,8 +9,9 @@ What it does
   is reset at boundaries by spacing segments apart with zeros before one conv1d call. Shared prefixes
   (tree packing, grpo.pack; see Segments): a segment starting at p > 0 reuses the first p tokens of the
   row's last one that started at 0, so 8 rollouts of one prompt compute it once, exactly.
-- `new_cache(batch_size)` + incremental decoding (KV cache, sliding window mask, conv state); the decode
-  loop and sampling are the server's (engine.py). Loading, config parsing: checkpoint.py; tiny ones: tiny.py.
+- `new_cache(batch_size)` + incremental decoding (kvcache.py: KV in row slots, sliding window mask, conv
+  state); the decode loop and sampling are the server's (engine.py). Loading, config parsing:
+  checkpoint.py; tiny ones: tiny.py.
 
 What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
 vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels, branches
@@ -25,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from kvcache import Cache
 
 FAMILIES = ("lfm2", "lfm2_moe", "lfm3", "llama", "qwen3")
 
@@ -504,83 +507,7 @@ class CausalLM(nn.Module):
         return x if return_hidden else self.lm_head(x)
 
     def new_cache(self, batch_size: int, capacity: int = 256) -> "Cache":
-        return Cache(self, batch_size, capacity)
-
-# ----------------------------------------------------------------------------- decoding cache
-
-def _grow(c, cap):
-    """A [B, heads, len, D] cache tensor zero-padded to `cap` positions."""
-    return torch.cat([c, c.new_zeros(*c.shape[:2], cap - c.shape[2], c.shape[3])], 2) if c.shape[2] < cap else c
-
-
-class Cache:
-    """Per-row decoding state: K/V per attention layer [B, hkv, capacity, D] (grown on demand; sliding
-    layers keep everything and mask by window), conv state per conv layer = last L-1 values of B*x."""
-
-    def __init__(self, model: CausalLM, batch_size: int, capacity: int = 256):
-        cfg, p = model.config, model.lm_head.weight
-        self.B, self.cap = batch_size, max(1, capacity)
-        self.lengths = torch.zeros(batch_size, dtype=torch.long)
-        self.kv, self.state = {}, {}
-        for i, lt in enumerate(cfg.layer_types):
-            if lt == "conv":
-                self.state[i] = p.new_zeros(batch_size, cfg.conv_L_cache - 1, cfg.hidden_size)
-            else:
-                shape = (batch_size, cfg.num_key_value_heads, self.cap, cfg.head_dim)
-                self.kv[i] = (p.new_zeros(shape), p.new_zeros(shape))
-
-    def extend(self, other: "Cache"):
-        """Append `other`'s rows (e.g. a freshly prefilled request) to this batch."""
-        cap = max(self.cap, other.cap)
-        for i in self.kv:
-            self.kv[i] = tuple(torch.cat([_grow(a, cap), _grow(b, cap)], 0) for a, b in zip(self.kv[i], other.kv[i]))
-        for i in self.state:
-            self.state[i] = torch.cat([self.state[i], other.state[i]], 0)
-        self.lengths = torch.cat([self.lengths, other.lengths])
-        self.B, self.cap = self.B + other.B, cap
-
-    def select(self, rows):
-        """Keep only these rows, in this order (finished requests leave the batch)."""
-        idx = torch.tensor(rows, dtype=torch.long)
-        for i in self.kv:
-            self.kv[i] = tuple(t.index_select(0, idx.to(t.device)) for t in self.kv[i])
-        for i in self.state:
-            self.state[i] = self.state[i].index_select(0, idx.to(self.state[i].device))
-        self.lengths = self.lengths.index_select(0, idx)
-        self.B = len(rows)
-
-    def attend(self, layer, q, k, v, window, seg, B):
-        N, h, D = q.shape
-        T = N // B
-        need = int(self.lengths.max()) + T
-        kc, vc = self.kv[layer]
-        if need > kc.shape[2]:
-            cap = max(need, 2 * kc.shape[2])
-            kc, vc = self.kv[layer] = (_grow(kc, cap), _grow(vc, cap))
-            self.cap = max(self.cap, cap)
-        kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
-        for b in range(B):        # rows may sit at different lengths (continuous batching)
-            s = int(self.lengths[b])
-            kc[b, :, s:s + T], vc[b, :, s:s + T] = kb[b], vb[b]
-        qb = q.view(B, T, h, D).transpose(1, 2)
-        if int(self.lengths.max()) == 0:     # fresh prefill: no cached past, the packed path is exact
-            o = _causal(qb, kb, vb, window)
-        else:
-            qpos = (self.lengths.to(q.device)[:, None] + torch.arange(T, device=q.device))[:, None, :, None]
-            kpos = torch.arange(need, device=q.device)[None, None, None, :]
-            mask = kpos <= qpos
-            if window is not None:
-                mask = mask & (kpos > qpos - window)
-            o = F.scaled_dot_product_attention(qb, kc[:, :, :need], vc[:, :, :need], attn_mask=mask,
-                                               enable_gqa=h != kc.shape[1])
-        return o.transpose(1, 2).reshape(N, h, D)
-
-    def conv(self, layer, bx, weight, bias, B):
-        N, H = bx.shape
-        x = torch.cat([self.state[layer], bx.view(B, N // B, H)], 1)    # [B, L-1+T, H]
-        self.state[layer] = x[:, x.shape[1] - (weight.shape[-1] - 1):].detach()
-        y = F.conv1d(x.transpose(1, 2), weight, bias, groups=H)            # [B, H, T]
-        return y.transpose(1, 2).reshape(N, H)
+        return Cache(self, batch_size, capacity, _causal)    # kvcache.py: slots, so rows join/leave cheaply
 
 
 def __getattr__(name):   # design.md's contract names that moved stay importable here, resolved on first use

@@ -394,3 +394,39 @@ def test_tiny_configs_carry_the_whole_real_key_layout(model_type, tmp_path):
                "return_dict"}
     assert sorted(set(ref) - set(ours) - generic) == []
     assert ours["architectures"] == [tiny.ARCHITECTURES[model_type]]
+
+
+def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_path):
+    # lfm3: conv, sliding and full attention layers; rows at different lengths; a row leaves from the middle
+    # (the last row moves into its slot) and a new one joins a freed slot that still holds NaN from its last row
+    _, ours = save_hf(tmp_path, "lfm3")
+    seqs = [rand_ids(n) for n in (12, 7, 15, 9)]
+    with torch.no_grad():
+        want = [ours(s[None])[0] for s in seqs]
+        batch = ours.new_cache(0, capacity=2)       # tiny: slots and positions both grow
+        rows, got = [], {}
+
+        def join(i, n):
+            c = ours.new_cache(1, capacity=n)
+            got[i] = [ours(seqs[i][None, :n], cache=c)[0]]
+            batch.extend(c)
+            rows.append(i)
+
+        def step():
+            toks = torch.stack([seqs[i][batch.lengths[j]] for j, i in enumerate(rows)])[:, None]
+            out = ours(toks, cache=batch)[:, 0]
+            for j, i in enumerate(rows):
+                got[i].append(out[j:j + 1])
+
+        join(0, 5), join(1, 3), join(2, 6)
+        step(), step()
+        order = batch.remove([1])                   # row 1 (seq 1) done: row 2 (seq 2) moves into slot 1
+        rows = [rows[j] for j in order]
+        assert rows == [0, 2] and batch.B == 2
+        for kc, vc in batch.kv.values():
+            kc[2:], vc[2:] = float("nan"), float("nan")    # the freed slot's stale values
+        join(3, 4)
+        step(), step(), step()
+    for i in (0, 2, 3):     # prefill positions, then one per step: a contiguous run from position 0
+        g = torch.cat(got[i])
+        assert (g - want[i][:g.shape[0]]).abs().max() <= TOL, i
