@@ -192,6 +192,7 @@ def parallel(args, cfg, dev, packed, where):
         print(f"{'mode':<13}{'ranks':>6}{'step s':>9}{'tokens/s':>11}{'speed-up':>10}{'peak GiB':>10}")
         for name, n, t, mem in rows:
             print(f"{name:<13}{n:>6}{t:>9.2f}{packed.tokens / t:>11.0f}{rows[0][2] / t:>9.2f}x{mem:>10.1f}")
+    P.close()        # leave together: a rank exiting while the other still talks to it makes gloo abort
 
 
 if __name__ == "__main__":

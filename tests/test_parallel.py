@@ -91,7 +91,7 @@ def worker(out_dir, ckpts):    # under torchrun: every case, rank 0 writes the r
     results = {name: (r[0], r[1], r[3]) for name, r in results.items()}
     if rank == 0:
         torch.save(results, Path(out_dir) / "results.pt")
-    torch.distributed.destroy_process_group()
+    P.close()
 
 
 @pytest.fixture(scope="module")
