@@ -156,13 +156,18 @@ def private_paths(*more):
     return [Path(__file__).resolve().parent, Path.home(), *more]
 
 
+try:        # resolved here, not in the child: an import there could wait forever on the import lock another
+    import ctypes       # thread held at fork time (seen under torchrun, whose gloo threads run beside the loop)
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):       # not Linux
+    _PRCTL = None
+
+
 def _die_with_parent():
-    """In the child, before exec: SIGKILL it if we die, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    """In the child, before exec: SIGKILL it if we die, even by SIGKILL (Linux). No import, no allocation of
+    ours: only async-signal-safe work is safe between fork and exec in a threaded process."""
+    if _PRCTL is not None:
+        _PRCTL(1, 9)            # PR_SET_PDEATHSIG, SIGKILL
 
 
 def spawn_kw(argv=()):
