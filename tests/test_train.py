@@ -391,14 +391,14 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
 
 @pytest.mark.slow
 def test_main_job_learns(tmp_path, env):
-    """The README's main command, shortened to 20 of its 24 steps (same code path and recipe): the reward rises
-    clearly, no rollout is lost to a missing adapter, and the trained tokens keep their gradient."""
-    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--steps", "20",
+    """The README's main command, all 24 steps (at 20 a late rise - the pool is asynchronous - failed the bar once
+    in CI): the reward rises clearly, no rollout is lost to a missing adapter, the trained tokens keep their gradient."""
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--steps", "24",
                         "--runs", str(tmp_path / "runs"), "--run", "main"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     ms = metrics(tmp_path / "runs" / "main")
-    assert [m["step"] for m in ms] == list(range(1, 21))
+    assert [m["step"] for m in ms] == list(range(1, 25))
     rewards = [m["reward"] for m in ms]
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     # a random policy stays at ~0.01-0.02; when the rise starts varies from run to run (step ~10-17: the
