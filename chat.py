@@ -335,6 +335,23 @@ class ChatFormat:
                add_generation_prompt: bool = True, **template_kwargs) -> list[int]:
         return self.encode(self.render_text(messages, tools, add_generation_prompt, **template_kwargs))
 
+    def completion(self, messages: list[dict], reply: dict, tools: list[dict] | None = None) -> list[int]:
+        """The tokens a model writes for `reply` (an assistant message, tool calls included) after `messages`:
+        the template's own rendering of that message, up to and including its end-of-turn token. So
+        `render(messages) + completion(...)` is what the server records for that turn (the oracle's answers,
+        sft.py's targets). Raises ValueError when the template does not render the conversation as a prefix."""
+        prompt = self.render_text(messages, tools, add_generation_prompt=True)
+        text = self.render_text(list(messages) + [reply], tools, add_generation_prompt=False)
+        if not text.startswith(prompt):
+            raise ValueError("the chat template does not render the conversation before an assistant turn as a "
+                             "prefix of the conversation with it")
+        rest = text[len(prompt):]
+        ends = [(rest.find(s), s) for s in self.stop_strings if s in rest]
+        if not ends:
+            raise ValueError(f"the chat template ends an assistant turn with no end-of-turn token ({self.stop_strings})")
+        at, stop = min(ends)
+        return self.encode(rest[:at + len(stop)])
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 

@@ -37,13 +37,18 @@ from pathlib import Path
 import checkpoint as C
 import harnesses as H
 import lora as L
+import oracle as O
 import rollout as R
 import sandbox as SB
 import serve as S
 import servers as SV
 import tasks as T
+import tiny
+import warmstart as W
+from chat import ChatFormat
 from rundir import mean_or_none
-from train import HOLDOUT, model_path, recipe_config, rollout_reward, validate
+from flags import validate
+from train import HOLDOUT, SHARED, recipe_config, rollout_reward
 
 
 def wilson(k, n, z=1.96):
@@ -170,8 +175,12 @@ def _f(v, fmt="{:.2f}"):
 async def evaluate(args):
     given = {k: v for k, v in vars(args).items() if v is not None}
     cfg = {**recipe_config(args.model, args.recipe, prog="eval.py"), **given}
+    if args.oracle:     # no model limits: the harnesses' own context (opencode's prompt alone is ~8k tokens)
+        cfg.update({k: given.get(k, SHARED[k]) for k in ("context", "max_tokens")})
     validate(cfg, "eval.py")
-    path = model_path(args.model, args.seed)
+    # the base a run starts from (the recipe row's agentic base, when it has a warm start); the oracle needs
+    # only the model's chat format
+    path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(W.base_path, cfg, cfg["harness"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
@@ -190,7 +199,12 @@ async def evaluate(args):
     sandbox, warning = SB.resolve_sandbox(args.sandbox)     # before a server starts: a refusal leaks nothing
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    if args.server == "local":
+    proxies = []
+    if args.oracle:     # the scripted model: the task's solution as tool calls, in --model's chat format
+        handle = O.start(ChatFormat.from_checkpoint(path), lambda rid: next(
+            (p.rollouts[rid] for p in proxies if rid in p.rollouts), None), waste=args.waste, reply=args.reply,
+            seed=args.seed, sandbox=sandbox)
+    elif args.server == "local":
         handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
     elif args.server == "vllm":
         # every adapter resident at once (the recipe evaluates 9 checkpoints in one job); the base by --model's name
@@ -199,12 +213,12 @@ async def evaluate(args):
     else:
         handle = SV.start_server(args.server, path)
     client = SV.Client(handle.url, handle.api_key)
-    base, results, pools, proxies = args.model, [], {}, []
+    base, results, pools = "oracle" if args.oracle else args.model, [], {}
     models = [base, *names]
     # on the server, eval's adapters are eval-<name>: a trainer sharing the server names its versions <name>
     # too (mini-v24), and eval must neither replace nor unload those; folders: a --model path is not one
     served = {m: m if m == base else f"eval-{m}" for m in models}
-    folder = {m: f"base-{Path(m).name}" if m == base else m for m in models}
+    folder = {m: m if m != base else "oracle" if args.oracle else f"base-{Path(m).name}" for m in models}
     t0 = time.time()
     try:
         for n, a in names.items():
@@ -289,12 +303,23 @@ def main(argv=None):
     ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")
     ap.add_argument("--max-tokens", type=int, help=f"tokens per model turn {recipe}")
     ap.add_argument("--context", type=int, help=f"the model's context length {recipe}")
+    ap.add_argument("--oracle", action="store_true",
+                    help="the oracle agent instead of a model (oracle.py): each task's solution as tool calls through "
+                         "the harness, in --model's chat format (its ATIF files are demonstrations for sft.py); a check "
+                         "of tasks, harness and guard; --context / --max-tokens default to the recipe's 131072 / 4096 "
+                         "(default: off)")
+    ap.add_argument("--waste", type=int, default=0,
+                    help="--oracle: at most this many redundant calls per rollout, a seeded number (default: 0)")
+    ap.add_argument("--reply", default="file", choices=["file", "text"],
+                    help="--oracle: write answer.txt (file) or give its content as the final reply (default: file)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default: %(default)s)")
     ap.add_argument("--out", help="output folder (default: runs/eval-<time>)")
     args = ap.parse_args(argv)
-    if args.samples < 1 or args.limit < 0:
-        ap.error(f"--samples must be >= 1 and --limit >= 0 (got {args.samples}, {args.limit})")
+    if args.samples < 1 or args.limit < 0 or args.waste < 0:
+        ap.error(f"--samples must be >= 1, --limit and --waste >= 0 (got {args.samples}, {args.limit}, {args.waste})")
+    if args.oracle and args.adapters:
+        ap.error("--oracle plays the tasks' solutions: it takes no --adapters")
     if args.split == "all":
         args.split = None
     try:

@@ -77,6 +77,9 @@ def parse_args(argv=None, *, shared, recipes, doc):
                                         "(default: none; metrics.jsonl always)")
     ap.add_argument("--fsdp", choices=("auto", "on", "off"), help="under torchrun: on = FSDP2 (shard the base), off = "
                     "DDP (a whole copy per GPU); auto (default): FSDP2 when the weights take over 40%% of a GPU")
+    ap.add_argument("--no-warm-start", action="store_true", default=None,
+                    help="start GRPO from --model itself, not from its recipe row's agentic base (warmstart.py; "
+                         "default: the row's warm start, tiny's)")
     for k in FLAG_HELP:
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
@@ -112,7 +115,9 @@ def effective_config(args, *, shared, recipes) -> dict:
     if not args.model:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
     cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
-    cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe")})
+    cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start")})
+    if args.no_warm_start:
+        cfg["warm_start"] = None
     validate(cfg)
     cfg["run"] = cfg.get("run") or f"{Path(str(args.model)).name}-{cfg['harness'].replace(',', '+')}-" \
                                     f"{time.strftime('%Y%m%d-%H%M%S')}"

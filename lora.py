@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
@@ -437,12 +435,10 @@ def save_merged(model, base_dir, out_dir, adapter="default"):
     with torch.no_grad():
         merged = {f"{n}.weight": merged_weight(lin, adapter) for n, lin in lora_layers(model).items()}
         sd = C.hf_state_dict(model, overrides=merged)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent if out_dir.parent.exists() else None))
-    for f in base_dir.iterdir():
-        if f.is_file() and not f.name.startswith("model") and f.suffix in (".json", ".jinja", ".txt", ".model"):
-            shutil.copy(f, tmp / f.name)
-    save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "model.safetensors"),
-              metadata={"format": "pt"})
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out_dir)
+    with C.atomic_dir(out_dir, replace=True) as tmp:
+        for f in base_dir.iterdir():
+            if f.is_file() and not f.name.startswith("model") and f.suffix in (".json", ".jinja", ".txt", ".model"):
+                shutil.copy(f, tmp / f.name)
+        save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
     return out_dir

@@ -3,7 +3,7 @@
 - `Proxy` (aiohttp) stands between every harness process and the inference server. Each rollout gets
   its own base URL `/r/<id>/v1` and secret (Bearer, constant-time compare). A chat request is rewritten
   into the server's: the current adapter as `model`, the trainer's sampling parameters, `stream: false`,
-  logprobs and `return_token_ids`. Every tool call in the answer passes the guard; a blocked call is
+  logprobs and `return_token_ids`, the rollout's id as `user`. Every tool call in the answer passes the guard; a blocked call is
   removed and a text note takes its place, and the rollout is flagged (reward 0). The turn is recorded
   exactly as the server returned it (prompt ids, completion ids, logprobs, adapter version) and the
   answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
@@ -168,7 +168,8 @@ class Proxy:
                  if isinstance(v, int) and not isinstance(v, bool) and v > 0]
         limits = asked[:1] + [self.sampling["max_tokens"]] if "max_tokens" in self.sampling else asked[:1]
         req = {"model": name, "messages": messages, "stream": False, "logprobs": True, "top_logprobs": 0,
-               "return_token_ids": True, **{k: v for k, v in self.sampling.items() if k in ("temperature", "top_p")}}
+               "return_token_ids": True,
+               "user": r.id, **{k: v for k, v in self.sampling.items() if k in ("temperature", "top_p")}}
         if limits:
             req["max_tokens"] = min(limits)
         if tools:

@@ -116,7 +116,7 @@ def progress(m):
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
     return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
-            f"| tools {f(m['tool_calls'], '{:.1f}')} blocks {m['guard_blocks']} stale {m['dropped_stale']} "
+            f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) blocks {m['guard_blocks']} stale {m['dropped_stale']} "
             f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
             f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
             f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
@@ -131,7 +131,7 @@ def append_metrics(run_dir, m):
 
 def summary(run_dir, trainers, seconds):
     """The end-of-run lines: per trainer (name -> (steps, its last adapter's folder)), the reward curve (first
-    vs last quarter of steps), pass rate, rollouts lost, and how much of the trained tokens' gradient was cut."""
+    vs last quarter of steps), pass rate, tool calls per rollout (and per solved one, last quarter), rollouts lost, and how much of the trained tokens' gradient was cut."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
     print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
@@ -143,13 +143,20 @@ def summary(run_dir, trainers, seconds):
         lost = sum(m.get("ungraded_by", {}).get("server", 0) for m in ms)
         cut = mean_or_none([m.get("clip_frac") for m in ms if m["step"] >= 2])
         ps = [m["pass_rate"] for m in ms if m["pass_rate"] is not None]
+        ts = [m["tool_calls"] for m in ms if m["tool_calls"] is not None]
+        solved = [m.get("tool_calls_solved") for m in ms[-k:]]
         print(f"  {name}: {steps} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
               f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {mean_or_none(ps[:k]) or 0:.0%} -> "
-              f"{mean_or_none(ps[-k:]) or 0:.0%} | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
+              f"{mean_or_none(ps[-k:]) or 0:.0%} | tool calls {mean_or_none(ts[:k]) or 0:.2f} -> "
+              f"{mean_or_none(ts[-k:]) or 0:.2f} (per solved rollout {_f(mean_or_none(solved))}) | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
               f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
         print(f"    adapter {adapter}")
     print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, "
           f"checkpoint {run_dir / 'checkpoint'}")
+
+
+def _f(v):
+    return "-" if v is None else f"{v:.2f}"
 
 
 def mean_or_none(xs):

@@ -324,14 +324,16 @@ class Server:
                 sent += delta
                 await stream.send({"content": delta} if delta else {}, **({"token_ids": [ev[1]]} if want_ids else {}),
                                   logprobs=self._logprobs([ev[1]], [ev[2]]) if want_lp else None)
+                if stream.gone:             # the client went away: the engine drops the request at its next step
+                    req.cancelled = True
             content, calls, finish = self._parse(req, parse_tools, body.get("tools"))
             usage = self._usage(req) if (body.get("stream_options") or {}).get("include_usage", True) else None
             await stream.end(content[len(sent):] if content and content.startswith(sent) else None, calls, finish,
                              usage)
         except RequestError as e:
             await stream.write({"error": {"message": str(e), "code": e.status}})
-        except (ConnectionResetError, asyncio.CancelledError):
-            req.max_tokens = len(req.out_ids)       # the client went away: stop decoding it
+        except asyncio.CancelledError:             # the handler is cancelled (the server stops): stop decoding it
+            req.max_tokens = len(req.out_ids)
             raise
         return stream.resp
 

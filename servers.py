@@ -243,17 +243,35 @@ class ChatStream:
     """One chat completion as server-sent events, chunked as vLLM and OpenAI do: `await ChatStream().open(...)`,
     `send` a delta (the role chunk first), then `end`: the rest of the content, one whole delta per tool call,
     the finish chunk, the usage chunk if given, `data: [DONE]`. choice: fields every chunk's choice carries
-    (serve.py's logprobs and token_ids)."""
+    (serve.py's logprobs and token_ids).
+
+    A client that went away (a harness killed at shutdown or timed out, a dropped connection) ends the stream
+    quietly: `gone` turns true and the writes left are skipped. Raised, the write's ConnectionResetError would
+    leave the handler and aiohttp would print it as a server error, traceback and all (aiohttp answers a
+    returned response's closed connection quietly, not a handler's own writes)."""
+
+    gone = False
 
     async def open(self, request, model, **choice):
         self.resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await self.resp.prepare(request)
         self.choice, self.head = choice, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                                           "created": int(time.time()), "model": model}
+        try:
+            await self.resp.prepare(request)
+        except ConnectionError:
+            self.gone = True
         return self
 
     async def write(self, event):
-        await self.resp.write(f"data: {json.dumps(event)}\n\n".encode())
+        await self._out(f"data: {json.dumps(event)}\n\n".encode())
+
+    async def _out(self, data):
+        if self.gone:
+            return
+        try:
+            await self.resp.write(data)
+        except ConnectionError:         # aiohttp's ClientConnectionResetError is one: the client is gone
+            self.gone = True
 
     async def send(self, delta, finish=None, top=None, **choice):
         """One chunk; choice: this chunk's own choice fields, top: fields beside 'choices'."""
@@ -270,7 +288,7 @@ class ChatStream:
         await self.send({}, finish)
         if usage is not None:
             await self.write({**self.head, "choices": [], "usage": usage})
-        await self.resp.write(b"data: [DONE]\n\n")
+        await self._out(b"data: [DONE]\n\n")
 
 
 # ----------------------------------------------------------------------------- the client

@@ -58,8 +58,8 @@ import sandbox as SB
 import serve as S
 import servers as SV
 import tasks as T
-import tiny
 import trackers
+import warmstart as W
 
 # ----------------------------------------------------------------------------- the recipe, in one table
 SHARED = dict(
@@ -74,17 +74,23 @@ SHARED = dict(
     beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
-    stall_timeout=3600,                 # seconds without a graded group before the run stops, saying why
+    stall_timeout=3600,                 # seconds without a graded group before the run stops
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
+# The tiny job's warm start (warmstart.py, README): the oracle's demonstrations of the warm-up suite (never a toy
+# task), up to 4 redundant calls each, through the run's harness; SFT of a LoRA, merged: the cached agentic base.
+WARM_START = dict(suite="warmup", samples=4, waste=4, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
+                  token_budget=65536, micro_batches=4)
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
-                 suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
+    # max_tokens: the oracle's longest step here (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and
+    # 1e-2 broke its tool-call format within 5 steps (0 calls, reward 0)
+    "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini",
+                 suite="toy", server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START),
     # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
     "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                       suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
@@ -106,10 +112,6 @@ HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 parse_args = functools.partial(F.parse_args, shared=SHARED, recipes=RECIPES, doc=__doc__)
 effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=RECIPES)
 recipe_config = functools.partial(F.recipe_config, shared=SHARED, recipes=RECIPES)
-validate = F.validate      # eval.py checks its numbers with the same ranges
-
-
-TINY_MODELS, model_path = tiny.TINY_MODELS, tiny.model_path   # --model names -> a checkpoint folder (serve.py's too)
 
 
 # ----------------------------------------------------------------------------- the recipe's numbers -> grpo.py
@@ -308,7 +310,9 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
         m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups), "rollouts": len(rollouts),
              "reward": RD.mean_or_none([r.reward for r in graded]), "score": RD.mean_or_none([r.score for r in graded]),
              "pass_rate": RD.mean_or_none([float(r.score == 1.0) for r in graded]),
-             "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]), "guard_blocks": sum(r.flagged for r in rollouts),
+             "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]),
+             "tool_calls_solved": RD.mean_or_none([r.tool_calls for r in graded if r.score == 1.0]),
+             "guard_blocks": sum(r.flagged for r in rollouts),
              "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
                  r.failure or "other" for r in rollouts if r.reward is None)),
              "no_signal": no_signal,
@@ -391,7 +395,7 @@ def follow(cfg, device):
     if not P.broadcast(None):         # rank 0 stopped before training (a finished run, a refusal)
         return
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
-    _, trainers, _ = build(cfg, model_path(cfg["model"], cfg["seed"]), device, names)
+    _, trainers, _ = build(cfg, W.base_path(cfg, names[0].partition(":")[0]), device, names)
     P.follow(trainers)
 
 
@@ -460,13 +464,16 @@ async def run(cfg, resume=False):
     sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")     # before a server starts: a refusal
     if warning:                                                             # then leaves nothing running
         print(warning, file=sys.stderr, flush=True)
-    path = model_path(cfg["model"], cfg["seed"])
+    if cfg.get("warm_start") and len(names) > 1:
+        raise ValueError(f"{cfg['model']}'s warm start makes an agentic base for one harness, not {len(names)}: "
+                         "one harness, or --no-warm-start")
+    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0])     # first use: the warm start
     P.broadcast(True)           # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
         model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
     if mode:
-        print(f"torchrun: {P.world()} ranks, {mode.upper()}; this rank (0) serves, drives the rollouts and writes "
-              "every file", flush=True)
+        print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
+              flush=True)
     if cfg["server"] == "local":
         # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
         # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
@@ -553,7 +560,6 @@ async def run(cfg, resume=False):
         at = ", ".join(f"{t.name} step {t.step}" for t in trainers)
         raise RuntimeError(f"{died[0]}; the run stopped and was checkpointed ({at}): --resume {run_dir} "
                            "continues it with a new server")
-
 
 
 def main(argv=None):

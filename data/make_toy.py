@@ -1,5 +1,5 @@
-"""Writes data/toy/: tasks a tiny random model can partly solve, graded with partial credit (the CPU demo
-and the learning test): six variations on writing numbers. Deterministic; usage: python data/make_toy.py [OUT_DIR]"""
+"""Writes data/toy/: the CPU demo's tasks, graded with partial credit from answer.txt (so solving them takes a tool
+call: the warm-started tiny model makes them, a random one does not): six variations on writing numbers. Deterministic; usage: python data/make_toy.py [OUT_DIR]"""
 import sys
 
 from taskgen import fresh_suite_dir, read_helper, write_task
@@ -22,8 +22,7 @@ def main(argv):
     for name, mode, instruction, answer in TASKS:
         write_task(
             out, name, source="toy", type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
-            instruction=instruction + "\n\nIf you cannot write files, reply with the answer instead: your reply "
-                        "is graded when answer.txt does not exist. Partial answers earn partial credit.",
+            instruction=instruction + "\n\nOnly answer.txt is graded. Partial answers earn partial credit.",
             environment={"README.md": README},
             tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
                               f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"\n',

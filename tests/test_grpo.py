@@ -275,7 +275,8 @@ def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_ty
     loss_on, g_on = _loss_and_grads(model, params, on)
     loss_off, g_off = _loss_and_grads(model, params, off)
     assert loss_on == pytest.approx(loss_off, abs=1e-5)
-    assert max((a - b).abs().max().item() for a, b in zip(g_on, g_off)) <= 1e-5
+    # 1e-4 as test_model's packed-backward checks: LFM3's gradients (up to ~3) differ by ~3e-6 in fp32 noise
+    assert max((a - b).abs().max().item() for a, b in zip(g_on, g_off)) <= 1e-4
     assert max(g.abs().max().item() for g in g_off) > 1e-3      # the gradients are not trivially zero
 
 
@@ -294,7 +295,7 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
     wrt = (h, w) if weight_trains else (h,)
     g1 = torch.autograd.grad((got * upstream).sum(), wrt)
     g2 = torch.autograd.grad((want * upstream).sum(), wrt)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g1, g2))
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g1, g2))    # gradients ~1-10, summed per chunk
     with torch.no_grad():
         assert torch.allclose(G.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
 

@@ -189,7 +189,7 @@ def test_stacked_per_row_lora_equals_each_row_with_its_own_adapter(three_d):
     with torch.no_grad():
         got = lin(x if three_d else x.flatten(0, 1)).view(len(rows), 5, 20)
         for i, name in enumerate(rows):
-            assert (got[i] - one_row(lin, x[i], None if name == "elsewhere" else name)).abs().max() <= 1e-5, i
+            assert (got[i] - one_row(lin, x[i], None if name == "elsewhere" else name)).abs().max() <= TOL, i
 
 
 def test_a_stale_stack_is_never_used(tmp_path):
@@ -259,7 +259,7 @@ def test_per_row_gradients_equal_separate_forwards(tmp_path):
                     ours(ids[i:i + 1]).logsumexp(-1).sum().backward()
         grads.append([p.grad.clone() for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b")])
     for g, want in zip(*grads):
-        assert (g - want).abs().max() <= 1e-5 * max(1.0, want.abs().max().item())
+        assert (g - want).abs().max() <= 1e-4 * max(1.0, want.abs().max().item())   # as the PEFT gradient test
 
 
 def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):

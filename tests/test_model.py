@@ -152,7 +152,8 @@ def test_branches_equal_separate_runs(tmp_path, model_type):
         got = ours(ids.to(DEVICE), pos.to(DEVICE))
         for b in range(2):
             want = torch.cat([ours(s[None].to(DEVICE))[0, k:] for s, k in zip(separate[b], skip[b])])
-            assert (got[b] - want).abs().max().item() <= 1e-5, b
+            # TOL, as the other parity tests: fp32 summation-order noise at logits ~10 reaches ~1.7e-5
+            assert (got[b] - want).abs().max().item() <= TOL, b
 
 
 def test_branch_backward_matches_separate(tmp_path):

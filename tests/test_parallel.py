@@ -30,7 +30,9 @@ CASES = {   # name: (model type, mode, micro-batches per step, base dtype); mode
     "fsdp-bf16-base": ("lfm3", "fsdp", 4, BF16),     # bf16 base + fp32 LoRA in one unit: gathered in bf16
     "no-collective": ("lfm3", None, 4, F32),
 }
-TOL = {F32: 1e-5, BF16: 1e-4}
+# fp32: AdamW's first step moves a weight by lr * g / (|g| + eps), so a gradient component near zero carries
+# its summation-order noise into the weight times up to lr / eps = 1e6: ~8e-6 seen on CPU (a real fault: ~lr)
+TOL = {F32: 1e-4, BF16: 1e-4}
 
 
 def steps(vocab, micro_batches, n=2, seed=0):
@@ -134,7 +136,7 @@ def test_two_ranks_train_the_same_adapter_as_one_process(case, two_ranks, ckpts)
     d = max_diff(state, ref_state)
     print(f"{case}: max |delta| = {d:.2e}, grad norms {norms} vs {ref_norms}")
     assert d <= TOL[dtype], f"{case}: adapters differ by {d:.2e}"
-    assert norms == pytest.approx(ref_norms, rel=1e-5)      # the sum over ranks, not their mean
+    assert norms == pytest.approx(ref_norms, rel=1e-4)      # the sum over ranks, not their mean (x2)
     assert max_diff(ref_state, before) > 1e-3                # training did move the weights
     # the checkpoint's tensors: whole, the same as one process's (FSDP2's shards gathered), optimizer state too
     ours = {f"p{i}": v for i, v in enumerate(saved["params"])} | {

@@ -632,3 +632,48 @@ def test_odd_but_usable_requests_and_replies_are_served(tmp_path, stream):
     else:
         call = json.loads(text)["choices"][0]["message"]["tool_calls"][0]
     assert call["id"].startswith("call_") and json.loads(call["function"]["arguments"]) == {"command": "ls"}
+
+
+class SlowUpstream(Upstream):
+    """Answers after `delay` seconds: a model still decoding when its harness goes away. `decoding`: set once
+    a request is in."""
+
+    def __init__(self, delay, **kw):
+        super().__init__(**kw)
+        self.delay, self.decoding = delay, asyncio.Event()
+
+    async def chat(self, request):
+        self.decoding.set()
+        await asyncio.sleep(self.delay)
+        return await super().chat(request)
+
+
+def test_a_streaming_harness_gone_before_its_answer_is_no_server_error(tmp_path, caplog):
+    """A run's end: the pool kills a harness while the proxy waits on the server, then the proxy streams the
+    answer to the closed connection. That is quiet - it was aiohttp's 'Error handling request' with a
+    ClientConnectionResetError traceback, printed after the run's summary - and the turn is still recorded."""
+    async def go():
+        up = SlowUpstream(0.5)
+        proxy = R.Proxy(SV.Client(await up.start()), adapter=lambda: ("m", 0))
+        await proxy.start()
+        r = R.Rollout(make_task(tmp_path / "t"), "mini")
+        proxy.register(r)
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True, "tools": [
+            {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(proxy.url.rsplit(":", 1)[1]))
+        writer.write(f"POST /r/{r.id}/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                     f"{r.secret}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+        await writer.drain()
+        await up.decoding.wait()                # the proxy now waits on the server
+        writer.close()                          # and the harness is killed
+        await writer.wait_closed()
+        while not proxy.overhead:               # the proxy's handler has returned
+            await asyncio.sleep(0.01)
+        await proxy.stop()
+        await proxy.client.close()
+        await up.runner.cleanup()
+        return r
+    r = asyncio.run(asyncio.wait_for(go(), 30))
+    assert len(r.turns) == 1 and r.errors == []
+    assert not [rec for rec in caplog.records if rec.levelno >= 30], [rec.getMessage() for rec in caplog.records]

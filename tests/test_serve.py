@@ -505,6 +505,34 @@ def test_a_client_that_leaves_stops_its_decoding(env):
     assert run(go()), "the engine kept decoding a request nobody waits for"
 
 
+def test_a_streaming_client_that_leaves_stops_its_decoding_quietly(env, caplog):
+    """Streaming: the next chunk meets a closed connection. The engine stops decoding for it, the server keeps
+    serving, and nothing is logged (the write's ConnectionResetError used to leave the handler, and aiohttp
+    printed it as a server error with its traceback)."""
+    engine = env["engine"]
+
+    async def go():
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(env["url"].rsplit(":", 1)[1]))
+        body = json.dumps({"messages": ASK, "max_tokens": 1500, "temperature": 1.0, "stream": True,
+                           "stop": ["\u0000never"]}).encode()
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        for _ in range(2):                                      # the role chunk, then a token's: it decodes
+            while b"data: " not in await reader.readline():
+                pass
+        writer.close()
+        await writer.wait_closed()
+        for _ in range(100):
+            if not engine.active:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            return False
+        return (await post(env["url"], "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))[0] == 200
+    assert run(go()), "the engine kept decoding a stream nobody reads"
+    assert not [r for r in caplog.records if r.levelno >= 30], [r.getMessage() for r in caplog.records]
+
+
 def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)

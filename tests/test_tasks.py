@@ -331,11 +331,13 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
 
 
 def test_agent_output_reaches_reply_graded_tasks(tmp_path):
-    task = T.load_task(DATA / "toy" / "toy-digits")
+    task = T.load_task(DATA / "numbers" / "numbers-add-1")          # 18 plus 17: the reply or answer.txt
     work = T.materialize(task, tmp_path / "w")
-    assert T.verify(task, work, agent_output="12ab").score == 0.5
-    (work / "answer.txt").write_text("1234\n")                     # the file wins over the reply
-    assert T.verify(task, work, agent_output="abcd").score == 1.0
+    assert T.verify(task, work, agent_output="35").score == 1.0
+    (work / "answer.txt").write_text("12\n")                       # the file wins over the reply
+    assert T.verify(task, work, agent_output="35").score == 0.0
+    toy = T.load_task(DATA / "toy" / "toy-digits")                  # only answer.txt is graded
+    assert T.verify(toy, T.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
 
 
 def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
@@ -467,7 +469,7 @@ def test_split_is_deterministic_disjoint_and_covers_everything():
     assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
     assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)) == names(evals)
     assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=1)) != names(evals)
-    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers"}
+    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers", "warmup"}
 
 
 def test_a_recorded_manifest_reproduces_the_split():

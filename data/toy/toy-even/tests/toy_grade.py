@@ -1,8 +1,8 @@
 """Toy graders with partial credit, copied into the tests/ of every toy task.
 
-usage: python3 toy_grade.py MODE LOGS_DIR -> LOGS_DIR/reward.txt (one float in [0, 1])
-The answer is $WORKDIR/answer.txt when it exists, else the agent's final message ($AGENT_OUTPUT), so a
-tiny model that never manages a tool call still earns partial credit. Empty answer -> 0.
+usage: python3 toy_grade.py MODE LOGS_DIR [EXPECTED] -> LOGS_DIR/reward.txt (one float in [0, 1])
+The answer is $WORKDIR/answer.txt (written with a tool call; the final message is not graded). Missing or empty
+answer -> 0.
 """
 import os
 import sys
@@ -38,12 +38,16 @@ def count_to_five(text):  # fraction of the characters that are the digits 1-5, 
     return present * _share(text, lambda c: c in "12345")
 
 
+def exact(text, expected):   # share of the expected words written x share of the written words that are expected
+    words, want = text.split(), expected.split()
+    return sum(w in words for w in want) / len(want) * sum(w in want for w in words) / len(words)
+
+
 if __name__ == "__main__":
-    mode, logs = sys.argv[1], sys.argv[2]
+    mode, logs, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
     ans = os.path.join(os.environ["WORKDIR"], "answer.txt")
-    with open(ans if os.path.isfile(ans) else os.environ["AGENT_OUTPUT"], errors="replace") as f:
-        text = f.read()
-    score = globals()[mode](text) if text.split() else 0.0
+    text = open(ans, errors="replace").read() if os.path.isfile(ans) and not os.path.islink(ans) else ""
+    score = globals()[mode](text, *extra) if text.split() else 0.0
     with open(os.path.join(logs, "reward.txt"), "w") as f:
         f.write(f"{score:.6f}\n")
     print(f"{mode}: {text.strip()[:100]!r} -> {score:.6f}")

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'gte e wz4 d' > answer.txt

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'v7e c r c' > answer.txt

@@ -1,0 +1,319 @@
+"""The oracle agent: a task's solution played as tool calls through the real harness, proxy, guard, sandbox and
+verifier - exactly like a model, except that the model server is a scripted one that knows the task.
+
+- `OracleServer` stands where the inference server stands (the proxy's upstream: `start(fmt, lookup)`), with the
+  same API shape as serve.py. The proxy names the rollout in each request's `user` field; `lookup(id)` gives its
+  rollout (task, index). Each request with tools is answered with the rollout's next step, as the target model
+  would write it: the prompt rendered by the model's chat format (as serve.py renders it), the step rendered by
+  the same template as that model's own completion (`ChatFormat.completion`), and the reply parsed back from
+  those tokens (`ChatFormat.parse`: the harness gets what a parser reads from them). Token ids as serve.py returns
+  them, logprob 0 (the oracle is certain). The recorded ATIF files are demonstrations for sft.py.
+- `steps(task)`: what solves it, as abstract steps - `read` PATH, `run` COMMAND, `write` PATH CONTENT,
+  `reply` TEXT. A task may spell its oracle out in `solution/oracle.json`:
+      [{"read": "data/sales.csv"}, {"run": "wc -l data/sales.csv"}, {"write": "answer.txt", "content": "42"},
+       {"reply": "The answer is 42."}]
+  Otherwise the task's own `solution/solve.sh` runs once on a scratch copy of its environment (sandboxed) and the
+  files it changed become `write` steps (after a `read` of each environment file the instruction names).
+- `plan(task, seed, waste, reply)`: the steps plus `waste` redundant calls at most (a seeded number, drawn per
+  rollout: listing the directory, reading a file twice, `cat` of what was read, reading back what was written),
+  before and after the useful ones, as real agents over-call; `reply="text"` answers in the final message instead
+  of writing answer.txt, for tasks graded on the reply.
+- `harness_call(step, tools)`: an abstract step in the harness's own tool shapes, found from the request's tool
+  list (mini's bash/read/write, pi's bash/read/write, opencode's bash/read/write with filePath, hermes'
+  terminal/read_file/write_file); a missing read or write tool falls back to the shell.
+
+Left out: tasks whose solution is not files (a service to start) unless oracle.json spells it out, binary files,
+parallel tool calls (one call per turn), deleting files (an `rm` through `run` in oracle.json does it).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shlex
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from aiohttp import web
+
+import rollout as R
+import sandbox as SB
+import servers as SV
+import tasks as T
+from servers import MAX_BODY, Handle, new_key
+
+KINDS = ("read", "run", "write", "reply")
+# tool names by what they do, across the harnesses (mini, pi, opencode, hermes) and common others
+TOOL_NAMES = {"read": ("read", "read_file", "view", "cat"), "write": ("write", "write_file", "create_file"),
+              "run": ("bash", "terminal", "shell", "run_command", "execute_command")}
+ARG_NAMES = {"path": ("path", "filePath", "file_path", "filename"), "content": ("content", "text", "file_text"),
+             "command": ("command", "cmd")}
+DONE = "Done."
+
+
+# ----------------------------------------------------------------------------- what solves a task
+
+def _files(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def _check_steps(steps, where):
+    if not isinstance(steps, list) or not steps:
+        raise T.TaskError(f"{where}: expected a non-empty JSON list of steps")
+    out = []
+    for i, s in enumerate(steps):
+        kind = next((k for k in KINDS if isinstance(s, dict) and k in s), None)
+        if kind is None or not isinstance(s[kind], str) or (kind == "write" and not isinstance(s.get("content"), str)):
+            raise T.TaskError(f"{where}: step {i + 1} must be one of {{\"read\": PATH}}, {{\"run\": COMMAND}}, "
+                              f"{{\"write\": PATH, \"content\": TEXT}}, {{\"reply\": TEXT}}; got {json.dumps(s)[:120]}")
+        out.append({kind: s[kind], **({"content": s["content"]} if kind == "write" else {})})
+    return out
+
+
+def steps(task, sandbox="dir"):
+    """The useful steps that solve `task` (see the module docstring). Raises TaskError naming the file at fault."""
+    spelled = Path(task.path) / "solution" / "oracle.json"
+    if spelled.is_file():
+        try:
+            return _check_steps(json.loads(spelled.read_text()), spelled)
+        except json.JSONDecodeError as e:
+            raise T.TaskError(f"{spelled}: not JSON: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-plan-") as tmp:
+        work = T.materialize(task, Path(tmp) / "work")
+        before = _files(work)
+        rc, out = T.run_oracle(task, work, sandbox=sandbox)
+        if rc != 0:
+            raise T.TaskError(f"{task.path}/solution/solve.sh: exit code {rc} on a scratch copy: {out[-300:]}")
+        after = _files(work)
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    if not changed:
+        raise T.TaskError(f"{task.path}/solution: solve.sh changed no file; spell the oracle out in oracle.json")
+    try:
+        writes = [{"write": k, "content": v.decode()} for k, v in changed.items()]
+    except UnicodeDecodeError:
+        raise T.TaskError(f"{task.path}/solution: solve.sh writes a binary file; spell the oracle out in "
+                          "oracle.json") from None
+    reads = [{"read": k} for k in before if k in task.instruction and k not in changed]
+    return reads + writes + [{"reply": DONE}]
+
+
+def plan(task, useful, seed, waste=0, reply="file"):
+    """The steps of one rollout: `useful` (from steps()) with a seeded number (0..waste) of redundant calls
+    around them; reply="text": a lone answer.txt is given as the final message instead of written."""
+    rng = random.Random(f"{seed}/{task.name}")
+    useful = [dict(s) for s in useful]
+    if reply == "text":
+        writes = [s for s in useful if "write" in s]
+        if len(writes) == 1 and writes[0]["write"] == "answer.txt":
+            useful = [s for s in useful if "write" not in s and "reply" not in s] + [{"reply": writes[0]["content"].strip()}]
+    readable = sorted({s["read"] for s in useful if "read" in s} | {p for p in _env_files(task)})
+    written = [s["write"] for s in useful if "write" in s]
+    n = rng.randint(0, waste) if waste else 0
+    before, after, seen = [], [], []
+    for _ in range(n):
+        late = written and rng.random() < 0.3
+        if late:       # re-checking what was written
+            p = rng.choice(written)
+            after.append(rng.choice([{"read": p}, {"run": f"cat {shlex.quote(p)}"}, {"run": "ls"}]))
+        else:          # looking around first: the directory, a file, the same file again, cat of what was read
+            options = [{"run": "ls"}, {"run": "ls -la"}]
+            if readable:
+                options.append({"read": rng.choice(readable)})
+            if seen:
+                options += [{"read": rng.choice(seen)}, {"run": f"cat {shlex.quote(rng.choice(seen))}"}]
+            s = rng.choice(options)
+            seen += [s["read"]] if "read" in s else []
+            before.append(s)
+    body = [s for s in useful if "reply" not in s]
+    final = [s for s in useful if "reply" in s] or [{"reply": DONE}]
+    return before + body + after + final[-1:]
+
+
+def _env_files(task):
+    env = Path(task.path) / "environment"
+    return [p.relative_to(env).as_posix() for p in sorted(env.rglob("*")) if p.is_file() and
+            p.name not in T.DOCKER_FILES and p.stat().st_size < 64_000] if env.is_dir() else []
+
+
+# ----------------------------------------------------------------------------- a step in a harness's tool shapes
+
+def _tools(tools):
+    return {f["name"]: f.get("parameters") or {} for t in tools or [] for f in [t.get("function", t)]
+            if isinstance(f, dict) and isinstance(f.get("name"), str)}
+
+
+def _tool(available, kind):
+    return next((n for n in TOOL_NAMES[kind] if n in available), None)
+
+
+def _arg(params, what):
+    props = params.get("properties") or {}
+    return next((a for a in ARG_NAMES[what] if a in props), ARG_NAMES[what][0])
+
+
+def _filled(params, args):
+    """Required string parameters the step does not set get a short value (opencode's bash wants a description)."""
+    props = params.get("properties") or {}
+    for k in params.get("required") or []:
+        if k not in args and (props.get(k) or {}).get("type") == "string":
+            args[k] = "oracle step"
+    return args
+
+
+def harness_call(step, tools):
+    """(tool name, arguments) of one abstract step in these tools' shapes; None for a reply. Raises ValueError
+    when the harness has no tool that can do it."""
+    available = _tools(tools)
+    if "reply" in step:
+        return None
+    kind = next(k for k in KINDS if k in step)
+    name = _tool(available, kind)
+    if name is None and kind in ("read", "write"):     # through the shell
+        q = shlex.quote(step[kind])
+        step = {"run": f"cat {q}" if kind == "read" else
+                f"mkdir -p \"$(dirname {q})\" && printf '%s' {shlex.quote(step['content'])} > {q}"}
+        kind, name = "run", _tool(available, "run")
+    if name is None:
+        raise ValueError(f"the harness offers no tool to {kind} ({', '.join(available) or 'no tools'})")
+    params = available[name]
+    if kind == "run":
+        args = {_arg(params, "command"): step["run"]}
+    else:
+        args = {_arg(params, "path"): step[kind]}
+        if kind == "write":
+            args[_arg(params, "content")] = step["content"]
+    return name, _filled(params, args)
+
+
+# ----------------------------------------------------------------------------- the scripted server
+
+class OracleServer:
+    """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
+    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
+
+    def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None):
+        self.fmt, self.lookup, self.waste, self.reply, self.seed = fmt, lookup, waste, reply, seed
+        self.sandbox, self.api_key = sandbox, api_key
+        self.useful, self.lock = {}, threading.Lock()
+
+    def app(self):
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def health(self, request):
+        return web.Response(text="")
+
+    def _steps(self, task):
+        with self.lock:             # solve.sh once per task, whatever the number of rollouts asking
+            if task.name not in self.useful:
+                self.useful[task.name] = steps(task, self.sandbox)
+            return self.useful[task.name]
+
+    async def chat(self, request):
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "missing or wrong API key"}}, status=401)
+        body = await request.json()
+        messages, tools = body.get("messages") or [], body.get("tools") or None
+        r = self.lookup(body.get("user") or "")
+        if r is None:
+            return web.json_response({"error": {"message": "oracle: unknown rollout (no `user` field?)"}}, status=400)
+        try:
+            if tools:
+                useful = await asyncio.to_thread(self._steps, r.task)
+                todo = plan(r.task, useful, f"{self.seed}/{r.index}", self.waste, self.reply)
+                k = min(sum(m.get("role") == "assistant" for m in messages), len(todo) - 1)
+                call = harness_call(todo[k], tools)
+            else:                   # a title or summary request: a short text, not a step
+                call = None
+                todo, k = [{"reply": DONE}], 0
+            reply = {"role": "assistant", "content": todo[k]["reply"] if call is None else None}
+            if call is not None:
+                reply["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                                        "function": {"name": call[0], "arguments": json.dumps(call[1])}}]
+            prompt = self.fmt.render(messages, tools=tools, add_generation_prompt=True)
+            ids = self.fmt.completion(messages, reply, tools)
+        except (T.TaskError, ValueError) as e:
+            return web.json_response({"error": {"message": f"oracle: {e}"}}, status=400)
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        if isinstance(limit, int) and len(ids) > limit:      # a model would have been cut off: say what it needs
+            return web.json_response({"error": {"message": f"oracle: step {k + 1} takes {len(ids)} tokens in this "
+                                                           f"model's format, max_tokens is {limit}"}}, status=400)
+        text = self.fmt.decode(ids[:-1])
+        content, calls = self.fmt.parse(text, tools=tools) if tools else (text.strip() or None, [])
+        if call is not None and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] != \
+                [call]:
+            return web.json_response({"error": {"message": f"oracle: the model's format does not read back the "
+                                                           f"call {call[0]} it wrote: {text[:200]!r}"}}, status=400)
+        choice = {"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
+                  "logprobs": {"content": [{"token": self.fmt.decode([t]), "logprob": 0.0, "top_logprobs": []}
+                                           for t in ids]},
+                  "finish_reason": "tool_calls" if calls else "stop", "token_ids": ids}
+        return web.json_response({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                                  "created": int(time.time()), "model": body.get("model") or "oracle",
+                                  "choices": [choice], "prompt_token_ids": prompt,
+                                  "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                                            "total_tokens": len(prompt) + len(ids)}})
+
+
+def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
+    """The oracle server in a background thread with its own event loop (like serve.start_local)."""
+    srv = OracleServer(fmt, lookup, api_key=new_key(), **kw)
+    started, box = threading.Event(), {}
+
+    def run():
+        loop = asyncio.new_event_loop()
+        runner = web.AppRunner(srv.app(), access_log=None)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, host, 0).start())
+        box["port"], box["loop"] = runner.addresses[0][1], loop
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=run, name="oracle-server", daemon=True)
+    t.start()
+    started.wait(30)
+
+    def stop():
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(timeout=10)
+    return Handle(f"http://{host}:{box['port']}", stop, api_key=srv.api_key)
+
+
+
+# ----------------------------------------------------------------------------- recording demonstrations
+
+async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
+                 sandbox="auto", log=None):
+    """`samples` oracle rollouts of every task through `harness` (a harnesses.Harness), the proxy and guard, the
+    sandbox and the verifier; ATIF files under out/rollouts/<version>/. Returns the finished rollouts."""
+    sandbox = SB.resolve_sandbox(sandbox)[0]
+    await asyncio.to_thread(harness.install)
+    box = {}
+    handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
+                   sandbox=sandbox)
+    client = SV.Client(handle.url, handle.api_key)
+    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens})
+    it, done = iter(tasks), []
+    pool = R.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
+                         max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,
+                         sandbox=sandbox, rollouts_dir=Path(out) / "rollouts", name="oracle")
+    try:
+        await proxy.start()
+        pool.start()
+        for _ in tasks:
+            g = await pool.groups.get()
+            done += g.rollouts
+            if log:
+                log(g)
+    finally:
+        await pool.stop()
+        await proxy.stop()
+        await client.close()
+        handle.stop()
+    return done

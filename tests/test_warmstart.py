@@ -1,0 +1,138 @@
+"""The oracle agent and the supervised warm start (oracle.py, warmstart.py, sft.py): assistant-only masks token for
+token in two chat formats, the oracle solving tasks through each real harness with no guard block (a wrong one
+scoring 0), SFT on oracle trajectories lowering their loss until the tiny model writes a parseable tool call."""
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import checkpoint as C
+import grpo as G
+import harnesses as H
+import mini
+import oracle as O
+import tasks as T
+import tiny
+import warmstart as W
+from chat import ChatFormat
+from conftest import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")     # ignores tools: as SmolLM2's
+CALL = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": "a.txt"})}}
+CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is in a.txt?"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+                {"role": "assistant", "content": "It says 42."}]
+
+
+@pytest.fixture(scope="module")
+def lfm3(tmp_path_factory):
+    return tiny.write_tiny_checkpoint(tmp_path_factory.mktemp("lfm3"), "lfm3")
+
+
+@pytest.fixture(scope="module")
+def chatml(tmp_path_factory):
+    d = tiny.write_tiny_checkpoint(tmp_path_factory.mktemp("chatml"), "llama")
+    (d / "chat_template.jinja").write_text(CHATML)
+    return d
+
+
+def _expected(fmt, pieces):
+    """Hand-built: (text, trained) pieces -> tokens and mask, each piece tokenized alone."""
+    ids, mask = [], []
+    for text, trained in pieces:
+        t = fmt.encode(text)
+        ids, mask = ids + t, mask + [int(trained)] * len(t)
+    return ids, mask
+
+
+@pytest.mark.parametrize("which", ["lfm3", "chatml"])
+def test_only_the_assistants_tokens_are_trained_token_for_token(which, lfm3, chatml):
+    fmt = ChatFormat.from_checkpoint(lfm3 if which == "lfm3" else chatml)
+    tools = mini.TOOLS
+    if which == "lfm3":     # tools in the template, XML calls
+        head = fmt.render_text(CONVERSATION[:2], tools)
+        assert head.startswith("<|startoftext|><|im_start|>system\nBe brief.\n\n# Tools") and \
+            head.endswith("<|im_start|>user\nWhat is in a.txt?<|im_end|>\n<|im_start|>assistant\n")
+        pieces = [(head, 0), ("<tool_call>\n<function=read>\n<parameter=path>\na.txt\n</parameter>\n</function>\n"
+                              "</tool_call><|im_end|>", 1),
+                  ("\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n", 0), ("It says 42.<|im_end|>", 1)]
+    else:                   # a template that ignores tools: tools_as_text, JSON calls in the assistant's text
+        head = fmt.render_text(CONVERSATION[:2], tools)
+        assert head.startswith("<|im_start|>system\nBe brief.\n\n# Tools") and '"name": "read"' in head
+        pieces = [(head, 0), ('<tool_call>\n{"name": "read", "arguments": {"path": "a.txt"}}\n</tool_call><|im_end|>', 1),
+                  ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n", 0),
+                  ("It says 42.<|im_end|>", 1)]
+    want_ids, want_mask = _expected(fmt, pieces)
+    seqs = G.build_sequences(W.conversation_turns(fmt, CONVERSATION, tools), 1.0)
+    assert len(seqs) == 1                       # the two turns merge: the second prompt extends the first turn
+    assert seqs[0].tokens == want_ids and seqs[0].mask == want_mask
+    assert fmt.decode([t for t, m in zip(want_ids, want_mask) if m]).count("<|im_end|>") == 2   # each turn's stop
+
+
+def _toy_tasks(tmp_path, names):
+    suite = tmp_path / "suite"
+    for n in names:
+        shutil.copytree(T.DATA / "toy" / n, suite / n)
+    return suite
+
+
+@pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
+                                              ("pi", "opencode", "hermes")])
+def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tmp_path, name, lfm3):
+    """One task of each shipped suite (and a wasteful oracle), the harness's own tool shapes, tokens recorded as the
+    target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
+    harness = H.get_harness(name)
+    tasks = [T.load_tasks(s)[0] for s in ("toy", "numbers", "smoldata", "repo2rl", "warmup")]
+    wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
+    (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
+    tasks.append(T.load_task(wrong))
+    fmt = ChatFormat.from_checkpoint(lfm3)
+    rs = asyncio.run(O.record(tasks, harness, fmt, tmp_path / "out", samples=1, sessions=3, max_tokens=4096,
+                              context=131072, waste=3, seed=1))
+    by = {r.task.name: r for r in rs}
+    for t in tasks[:-1]:
+        r = by[t.name]
+        assert r.score == 1.0 and not r.flagged and r.tool_calls >= 1, (t.name, r.score, r.verdicts, r.errors)
+    assert by["toy-even"].score == 0.0 and not by["toy-even"].flagged
+    files = list((tmp_path / "out" / "rollouts").rglob("*.json"))
+    assert len(files) == len(tasks)
+    demos, skipped = W.read_demonstrations(files, fmt)
+    assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
+    assert not any(d.rerendered for d in demos)        # recorded in the target's format
+
+
+def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
+    fmt = ChatFormat.from_checkpoint(lfm3)
+    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=4, sessions=8,
+                         max_tokens=128, context=4096, waste=1))
+    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    assert len(demos) == 8
+    _, losses = W.train(lfm3, demos, tmp_path / "sft", rank=16, alpha=32, lr=3e-3, steps=60, batch=4,
+                        token_budget=16384, micro_batches=2, seed=0, merged=tmp_path / "base", log=lambda s: None)
+    assert losses[-1] < 0.1 * losses[0], losses[::10]
+    model = C.load_model(tmp_path / "base", dtype=torch.float32, device="cpu")
+    prompt = demos[0].turns[0].prompt_ids            # a demonstration's first prompt, greedy
+    out, _ = generate(model, prompt, max_new_tokens=96, temperature=0, eos_ids=fmt.eos_token_ids)
+    _, calls = fmt.parse(fmt.decode(out), tools=mini.TOOLS)
+    assert calls and calls[0]["function"]["name"] in {"bash", "read", "write"}, fmt.decode(out)
+
+
+def test_sft_cli_refuses_bad_input_in_one_line(tmp_path, lfm3):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for args, needle in [(["--data", str(bad)], "not an ATIF trajectory"),
+                         (["--data", str(tmp_path / "missing")], "no such file or folder"),
+                         (["--data", str(bad), "--lr", "nan"], "--lr must be a number > 0"),
+                         (["--data", str(bad), "--steps", "0"], "--steps must be >= 1")]:
+        p = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--model", str(lfm3), "--out", str(tmp_path / "o"),
+                            *args], capture_output=True, text=True, cwd=ROOT)
+        assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -1,0 +1,278 @@
+"""The supervised warm start: demonstrations (ATIF trajectories) -> the target model's tokens -> supervised
+fine-tuning of a LoRA adapter -> a PEFT adapter, or an "agentic base" (base + adapter merged). sft.py is its
+command line; train.py and eval.py get the cached agentic base of a recipe row from `base_path`.
+
+- `read_demonstrations(paths, fmt)`: ATIF files (a run's rollouts/, the oracle's) -> `Demo`s. Never a rollout
+  with a guard note (its recorded completion still holds the blocked call), nor one scoring below `min_score`,
+  nor an ungraded one. Tokens are the target model's as the server renders them at RL time: the recorded ids
+  when the file was recorded in the target's format (its first prompt, rendered again from the file, is the
+  recorded one), else the conversation rendered anew (`conversation_turns`).
+- `conversation_turns(fmt, messages, tools)`: each assistant message is one turn - its prompt is everything before
+  it as the server renders it (tools in the template, or `tools_as_text`), its completion the template's own
+  rendering of it up to the end-of-turn token (`ChatFormat.completion`). `grpo.build_sequences` merges the turns
+  (prompt, tool results, user text: mask 0; the assistant's tokens: mask 1) and `grpo.pack` packs them, shared
+  prompts once - the same code GRPO trains through.
+- `train(...)`: token-mean negative log-likelihood of the assistant's tokens, AdamW over the LoRA parameters
+  (parallel.train_step: the optimizer step GRPO takes), one progress line per step, a checkpoint every
+  `save_every` steps that `resume` continues; the adapter in PEFT format, and optionally the merged folder.
+- `agentic_base(...)`: the recipe row's warm start, once, cached by what it is made of: the oracle's
+  demonstrations on the row's warm-up tasks (never a training or held-out task) recorded through the real harness
+  (oracle.record), then `train`, merged. It teaches the form - calling the harness's tools, and over-calling them
+  as real agentic models do - not the training tasks' answers.
+
+Left out: several epochs' schedules (a fixed learning rate, as GRPO), sequence-level weighting (every trained
+token counts once), a KL term.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import checkpoint as C
+import grpo as G
+import harnesses as H
+import lora as L
+import oracle as O
+import parallel as P
+import rollout as R
+import tasks as T
+import tiny
+from chat import ChatFormat
+
+ADAPTER = "sft"
+VERSION = 1        # bump when the warm start's recipe changes: cached agentic bases are then made again
+
+
+class DemoError(ValueError):
+    """A demonstration that cannot be used (unreadable, too long): the message names the file."""
+
+
+@dataclass
+class Demo:
+    file: str
+    turns: list             # rollout.Turn, the target model's tokens
+    rerendered: bool        # True: rendered anew from the file's conversation (recorded in another format)
+
+    def __len__(self):
+        return sum(len(s) for s in G.build_sequences(self.turns, 1.0, self.file))
+
+
+# ----------------------------------------------------------------------------- demonstrations -> tokens
+
+def conversation_turns(fmt, messages, tools=None) -> list:
+    """A conversation -> one Turn per assistant message (see the module docstring)."""
+    turns = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            completion = fmt.completion(messages[:i], m, tools)
+            turns.append(R.Turn(fmt.render(messages[:i], tools=tools), completion, [0.0] * len(completion), 0))
+    return turns
+
+
+def atif_messages(traj) -> list:
+    """The conversation of an ATIF trajectory as chat messages: system/user steps, then each agent step with its
+    tool calls, then their results as tool messages."""
+    out = []
+    for s in traj.get("steps") or []:
+        if s.get("source") in ("system", "user"):
+            out.append({"role": s["source"], "content": s.get("message") or ""})
+        elif s.get("source") == "agent":
+            calls = [{"id": c["tool_call_id"], "type": "function", "function": {
+                "name": c["function_name"], "arguments": json.dumps(c.get("arguments") or {})}}
+                for c in s.get("tool_calls") or []]
+            out.append({"role": "assistant", "content": s.get("message") or None, **({"tool_calls": calls} if calls else {})})
+            for res in (s.get("observation") or {}).get("results") or []:
+                out.append({"role": "tool", "tool_call_id": res.get("source_call_id"), "content": res.get("content") or ""})
+    return out
+
+
+def _files(paths):
+    for p in map(Path, paths):
+        if p.is_dir():
+            yield from sorted(p.rglob("*.json"))
+        elif p.is_file():
+            yield p
+        else:
+            raise DemoError(f"{p}: no such file or folder of ATIF trajectories")
+
+
+def read_demonstrations(paths, fmt, min_score=1.0, context=None):
+    """(demos, skipped: Counter of why) from ATIF files or folders of them. context: a demonstration longer than
+    it raises DemoError naming the file (it could not be trained on as the server would see it)."""
+    demos, skipped = [], collections.Counter()
+    for f in _files(paths):
+        try:
+            traj = json.loads(f.read_text())
+            assert str(traj.get("schema_version", "")).startswith("ATIF") and isinstance(traj.get("steps"), list)
+        except (OSError, ValueError, AssertionError):
+            raise DemoError(f"{f}: not an ATIF trajectory (schema_version ATIF-v1.x, steps)") from None
+        extra = traj.get("extra") or {}
+        if extra.get("flagged") or extra.get("verdicts"):
+            skipped["guard"] += 1
+            continue
+        if extra.get("score") is None or extra["score"] < min_score:
+            skipped["score"] += 1
+            continue
+        agent = [s for s in traj["steps"] if s.get("source") == "agent"]
+        if not agent:
+            skipped["no model turn"] += 1
+            continue
+        tools = (traj.get("agent") or {}).get("tool_definitions") or None
+        messages = atif_messages(traj)
+        first = [m for m in messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]]
+        recorded = [R.Turn(s["metrics"]["prompt_token_ids"], s["metrics"]["completion_token_ids"],
+                           [0.0] * len(s["metrics"]["completion_token_ids"]), 0) for s in agent]
+        same = fmt.render(first, tools=tools) == recorded[0].prompt_ids
+        try:
+            demo = Demo(str(f), recorded if same else conversation_turns(fmt, messages, tools), not same)
+        except ValueError as e:
+            raise DemoError(f"{f}: cannot be rendered in the target's chat format: {e}") from None
+        n = max(len(t.prompt_ids) + len(t.completion_ids) for t in demo.turns)
+        if context and n > context:
+            raise DemoError(f"{f}: {n} tokens in the target's format, over the context of {context}: raise "
+                            "--context, or leave the file out")
+        demos.append(demo)
+    return demos, skipped
+
+
+# ----------------------------------------------------------------------------- supervised fine-tuning
+
+def nll_loss(model, mb, num_tokens):
+    """Token-mean negative log-likelihood of the trained (assistant) tokens of one micro-batch, over the step's
+    trained-token count (so a step's micro-batches sum to the step's mean)."""
+    dev = _head(model).weight.device
+    ids, pos, tgt, mask = (x.to(dev) for x in (mb.input_ids, mb.position_ids, mb.targets, mb.mask))
+    logp = G.token_logprobs(model(ids, pos, return_hidden=True), _head(model).weight, tgt)
+    return -(logp * mask).sum() / num_tokens, {}
+
+
+def _head(model):
+    return model.module.lm_head if hasattr(model, "module") else model.lm_head
+
+
+def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micro_batches, seed, grad_clip=1.0,
+          weight_decay=0.0, save_every=0, resume=False, merged=None, device="cpu", log=print):
+    """SFT of a fresh LoRA on `demos`, `batch` demonstrations a step (a seeded sample of them).
+    Writes out/adapter (PEFT), out/checkpoint.pt (every save_every steps; resume=True continues from it) and,
+    with `merged`, the merged checkpoint folder there. Returns (adapter dir, [loss per step])."""
+    if not demos:
+        raise DemoError("no demonstration to train on (all skipped, or none given)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = C.load_model(base, device=device)
+    L.add_lora(model, rank=rank, alpha=alpha, adapters=(ADAPTER,), seed=seed)
+    L.set_adapter(model, ADAPTER)
+    params = L.lora_parameters(model, ADAPTER)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    order, start, losses = list(range(len(demos))), 0, []
+    rng = random.Random(seed)
+    ckpt = out / "checkpoint.pt"
+    if resume and ckpt.exists():
+        st = torch.load(ckpt, weights_only=False)
+        with torch.no_grad():
+            for p, t in zip(params, st["adapter"]):
+                p.copy_(t)
+        opt.load_state_dict(st["optimizer"])
+        start, losses, rng = st["step"], st["losses"], st["rng"]
+        log(f"sft: resuming from {ckpt} at step {start}")
+    seqs_of = [G.build_sequences(d.turns, 1.0, d.file) for d in demos]
+    t0 = time.time()
+    for step in range(start, steps):
+        pick = rng.sample(range(len(demos)), min(batch, len(demos)))
+        packed = G.pack([s for i in pick for s in seqs_of[i]], token_budget, micro_batches)
+        if packed.waiting:
+            raise DemoError(f"{len(packed.waiting)} sequence(s) of a batch of {batch} do not fit --token-budget "
+                            f"{token_budget}: lower --batch or raise --token-budget")
+        model.train()
+        out_, norm = P.train_step(model, opt, params, packed.micro_batches,
+                                  lambda net, mb: nll_loss(net, mb, packed.loss_tokens), grad_clip)
+        model.eval()
+        loss = float(sum(x for x, _ in out_))
+        losses.append(loss)
+        log(f"sft step {step + 1:4d}/{steps} | loss {loss:.4f} | tokens {packed.tokens} (+{packed.shared_tokens} "
+            f"shared), trained {packed.loss_tokens} | grad {norm:.3f} | {time.time() - t0:.1f}s")
+        if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"adapter": [p.detach().clone() for p in params], "optimizer": opt.state_dict(),
+                        "step": step + 1, "losses": losses, "rng": rng}, tmp)
+            os.replace(tmp, ckpt)
+    adapter = L.save_adapter(model, out / "adapter", adapter=ADAPTER, base_model_name_or_path=str(base))
+    if merged:
+        L.save_merged(model, base, merged, adapter=ADAPTER)
+    ckpt.unlink(missing_ok=True)
+    return adapter, losses
+
+
+# ----------------------------------------------------------------------------- the cached agentic base
+
+def _digest(*paths):
+    h = hashlib.sha256()
+    for root in paths:
+        root = Path(root)
+        for f in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
+            h.update(f.relative_to(root.parent).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def agentic_base(raw, harness, warm, *, max_tokens, context, log=print) -> Path:
+    """The agentic base of checkpoint `raw` for `harness` (a name), made on first use and cached beside it.
+    warm: the recipe row's warm start (suite, samples, waste, steps, batch, lr, rank, alpha, token_budget)."""
+    suite = T.resolve_suites(warm["suite"])
+    key = _digest(raw / "config.json", raw / "model.safetensors", *suite, Path(O.__file__), Path(__file__))
+    key = hashlib.sha256(json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True).encode()).hexdigest()[:10]
+    path = C.cache_root() / f"{raw.name}-agentic-{harness}-{key}"
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        return path
+    t0 = time.time()
+    tasks = T.load_tasks(warm["suite"])
+    log(f"warm start (first use, cached in {path}): {len(tasks)} warm-up tasks ({warm['suite']}) x {warm['samples']} "
+        f"oracle demonstrations through {harness}, up to {warm['waste']} redundant calls each, then SFT")
+    fmt = ChatFormat.from_checkpoint(raw)
+    work = Path(C.cache_root()) / f".{path.name}.work"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        rollouts = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, work, samples=warm["samples"],
+                                        sessions=warm["sessions"], max_tokens=max_tokens, context=context,
+                                        waste=warm["waste"], seed=0))
+        solved = sum(r.score == 1.0 and not r.flagged for r in rollouts)
+        calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
+        log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
+            f"({time.time() - t0:.0f} s)")
+        demos, skipped = read_demonstrations([work / "rollouts"], fmt, context=context)
+        with C.atomic_dir(path, replace=True) as tmp:
+            train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
+                  batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
+                  merged=tmp / "model", log=lambda s: log("  " + s) if any(
+                      f" {k}/{warm['steps']} " in s for k in (1, warm["steps"] // 2, warm["steps"])) else None)
+            for f in (tmp / "model").iterdir():
+                f.rename(tmp / f.name)
+            (tmp / "model").rmdir()
+            (tmp / "warm_start.json").write_text(json.dumps({"from": str(raw), "harness": harness, **warm,
+                                                             "demonstrations": len(demos), "skipped": skipped}, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"  agentic base ready in {time.time() - t0:.0f} s: {path}")
+    return path
+
+
+def base_path(cfg, harness, log=print) -> Path:
+    """The checkpoint a run starts from: --model's (tiny.model_path), or, when --model is a recipe row's own model
+    and that row has a warm start, its cached agentic base (agentic_base). A --model path is taken as it is."""
+    warm = cfg.get("warm_start") and cfg["model"] == cfg.get("recipe", cfg["model"])
+    raw = tiny.model_path(cfg["model"], 0 if warm else cfg.get("seed", 0))
+    if not warm:
+        return raw
+    return agentic_base(raw, harness, cfg["warm_start"], max_tokens=cfg["max_tokens"], context=cfg["context"], log=log)
