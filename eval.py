@@ -5,6 +5,8 @@
     python eval.py --model tiny --split train --samples 8 --adapters runs/r/adapters/mini-v{8,16,23}
     python eval.py --model LFM2.5-24B-A2B --server vllm --adapters runs/y/adapters/pi-v*     # GPU, the recipe's
     python eval.py ... --guard off          # the ablation: tool calls are not checked
+    python eval.py --model tiny --oracle --harness pi --suite all --split all --waste 3   # the oracle agent: every
+                                            # task solved through the harness with no guard block, or not
 
 The numbers (harness, suite, max tokens, context, sessions, sampling) are the model's recipe row in train.py's
 table unless a flag says otherwise: `--model tiny` is the CPU demo's (mini harness, toy suite, 8 tokens a turn);
@@ -175,6 +177,8 @@ def _f(v, fmt="{:.2f}"):
 async def evaluate(args):
     given = {k: v for k, v in vars(args).items() if v is not None}
     cfg = {**recipe_config(args.model, args.recipe, prog="eval.py"), **given}
+    if args.no_warm_start:
+        cfg["warm_start"] = None
     if args.oracle:     # no model limits: the harnesses' own context (opencode's prompt alone is ~8k tokens)
         cfg.update({k: given.get(k, SHARED[k]) for k in ("context", "max_tokens")})
     validate(cfg, "eval.py")
@@ -312,6 +316,8 @@ def main(argv=None):
                     help="--oracle: at most this many redundant calls per rollout, a seeded number (default: 0)")
     ap.add_argument("--reply", default="file", choices=["file", "text"],
                     help="--oracle: write answer.txt (file) or give its content as the final reply (default: file)")
+    ap.add_argument("--no-warm-start", action="store_true",
+                    help="the base is --model itself, not its recipe row's agentic base (as train.py; default: off)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default: %(default)s)")
     ap.add_argument("--out", help="output folder (default: runs/eval-<time>)")

@@ -101,6 +101,8 @@ def effective_config(args, *, shared, recipes) -> dict:
         except (OSError, json.JSONDecodeError) as e:
             raise SystemExit(f"train.py: --resume {args.resume}: cannot read {cf} ({e}): not a run directory?")
         given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
+        if given.pop("no_warm_start", None) and cfg.get("warm_start"):
+            raise SystemExit("train.py: --resume cannot change --no-warm-start: the run started from its agentic base")
         refused = sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k))
         if refused:
             flags = lambda ks: ", ".join("--" + k.replace("_", "-") for k in ks)     # noqa: E731

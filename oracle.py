@@ -217,8 +217,12 @@ class OracleServer:
     async def chat(self, request):
         if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return web.json_response({"error": {"message": "missing or wrong API key"}}, status=401)
-        body = await request.json()
-        messages, tools = body.get("messages") or [], body.get("tools") or None
+        try:
+            body = await request.json()
+            messages, tools = body.get("messages") or [], body.get("tools") or None
+            assert isinstance(messages, list) and (tools is None or isinstance(tools, list))
+        except Exception:
+            return web.json_response({"error": {"message": "oracle: expected a JSON chat request"}}, status=400)
         r = self.lookup(body.get("user") or "")
         if r is None:
             return web.json_response({"error": {"message": "oracle: unknown rollout (no `user` field?)"}}, status=400)

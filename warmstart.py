@@ -231,7 +231,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, log=print) -> Path:
     """The agentic base of checkpoint `raw` for `harness` (a name), made on first use and cached beside it.
     warm: the recipe row's warm start (suite, samples, waste, steps, batch, lr, rank, alpha, token_budget)."""
     suite = T.resolve_suites(warm["suite"])
-    key = _digest(raw / "config.json", raw / "model.safetensors", *suite, Path(O.__file__), Path(__file__))
+    # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
+    key = _digest(raw / "config.json", raw / "model.safetensors", *suite)
     key = hashlib.sha256(json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True).encode()).hexdigest()[:10]
     path = C.cache_root() / f"{raw.name}-agentic-{harness}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():

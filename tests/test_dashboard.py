@@ -28,6 +28,9 @@ from test_rollout import HACK, NUMBERS, SOLVE, Upstream, make_task
 from train import SHARED, rollout_reward
 
 ROOT = Path(__file__).resolve().parent.parent
+# the machinery tests run the random tiny checkpoint as before (no warm start, 8 tokens a turn); the agentic main
+# job is test_main_job_learns
+RAW = ("--no-warm-start", "--max-tokens", "8")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 XSS = "echo '<img src=x onerror=\"window.pwned=1\">'"     # model text and tool output are shown, never run
@@ -43,7 +46,7 @@ def need_chromium():
 
 
 def train_cmd(runs, name, steps):
-    return [sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--steps", str(steps), "--sessions", "16",
+    return [sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--steps", str(steps), "--sessions", "16",
             "--runs", str(runs), "--run", name]
 
 
@@ -60,7 +63,7 @@ def run(tmp_path_factory, env):
     assert p.returncode == 0, p.stdout + p.stderr
     d = runs / "done"
     adapter = sorted((d / "adapters").iterdir())[-1]
-    p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--harness", "mini",
+    p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", *RAW, "--harness", "mini",
                         "--adapters", str(adapter), "--samples", "1", "--out", str(d / "eval")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
