@@ -107,7 +107,6 @@ RECIPES = {
 # Shipped suites: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, toy 6 -> 1. Recorded in runs/<name>/split.json.
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
-
 # the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)
 parse_args = functools.partial(F.parse_args, shared=SHARED, recipes=RECIPES, doc=__doc__)
 effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=RECIPES)
@@ -458,6 +457,8 @@ async def run(cfg, resume=False):
     split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
         T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
     train_tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
+    if not train_tasks:         # else the pools would wait for groups that never come
+        raise ValueError(f"no training task in {cfg['suite']} under its split ({run_dir / 'split.json'})")
     (run_dir / "split.json").write_text(json.dumps(split, indent=1))
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
@@ -465,8 +466,7 @@ async def run(cfg, resume=False):
     if warning:                                                             # then leaves nothing running
         print(warning, file=sys.stderr, flush=True)
     if cfg.get("warm_start") and len(names) > 1:
-        raise ValueError(f"{cfg['model']}'s warm start makes an agentic base for one harness, not {len(names)}: "
-                         "one harness, or --no-warm-start")
+        raise ValueError(f"{cfg['model']}'s warm start is for one harness, not {len(names)}: or --no-warm-start")
     path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0])     # first use: the warm start
     P.broadcast(True)           # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them

@@ -6,6 +6,7 @@ import signal
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -20,9 +21,11 @@ import tiny
 from conftest import write_length_suite
 
 ROOT = Path(__file__).resolve().parent.parent
-# the machinery tests run the random tiny checkpoint as before (no warm start, 8 tokens a turn); the agentic main
-# job is test_main_job_learns
-RAW = ("--no-warm-start", "--max-tokens", "8")
+# the machinery tests run the random tiny checkpoint (no warm start, 8 tokens a turn) on tasks graded by the reply's
+# length, so that every step has a signal whatever the model (toy grades answer.txt, which a random model never
+# writes); the agentic main job is test_main_job_learns. A test's own --suite comes later and wins.
+LENGTH = write_length_suite(Path(tempfile.mkdtemp(prefix="harness-rl-length-")) / "length")
+RAW = ("--no-warm-start", "--max-tokens", "8", "--suite", str(LENGTH))
 
 
 def train(args, env, **kw):
@@ -43,7 +46,7 @@ def env(tmp_path):
 def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     run = tmp_path / "runs" / "demo"
     args = ["--model", "tiny", *RAW, "--harness", "mini,mini:b", "--runs", str(tmp_path / "runs"), "--run", "demo",
-            "--steps", "4", "--save-every", "1", "--sessions", "16"]
+            "--steps", "12", "--save-every", "1", "--sessions", "16"]     # still running when the refusals are tried
     env = dict(env, HARNESS_RL_API_KEY="hrl-test-key")      # so that this test can reach the server directly
     p = train(args, env)
     url = next(line for line in p.stdout if " server http" in line).split(" server ")[1].split(",")[0]
@@ -86,19 +89,19 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     ms = metrics(run)
     for h in ("mini", "mini-b"):
         steps = [m["step"] for m in ms if m["harness"] == h]
-        assert steps == [1, 2, 3, 4], (h, steps)                         # every step once, none corrupt
+        assert steps == list(range(1, 13)), (h, steps)                   # every step once, none corrupt
         last = [m["version"] for m in ms if m["harness"] == h][-1]
         assert (run / "adapters" / f"{h}-v{last}" / "adapter_model.safetensors").exists()
     for m in ms:
         assert m["tokens"] > 0 and m["loss_tokens"] > 0 and 0 < m["fill"] <= 1
     cfg = json.loads((run / "config.json").read_text())
-    assert cfg["rank"] == 8 and cfg["harness"] == "mini,mini:b" and cfg["steps"] == 4
+    assert cfg["rank"] == 8 and cfg["harness"] == "mini,mini:b" and cfg["steps"] == 12
     assert list((run / "rollouts" / "mini").rglob("*.json"))
     assert not list((run / "sandboxes").rglob("work")) if (run / "sandboxes").exists() else True
     assert (run / "split.json").exists()
     split = json.loads((run / "split.json").read_text())            # the split trained on, with its rule
     assert split["holdout"] == {"counts": {"repo2rl": 40, "smoldata": 150}, "fraction": 0.15}
-    assert split["counts"] == {"toy": {"train": 5, "eval": 1}}
+    assert split["counts"] == {"toy": {"train": 2, "eval": 1}}         # the length suite: 3 tasks
 
     # a finished run says so and does nothing; what would change the training is refused by name
     done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
@@ -558,7 +561,8 @@ def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
     while any(alive(w) for w in workers):
         time.sleep(0.1)                       # ...and die with it (parallel.init), else this would wait forever
     split = json.loads((run / "split.json").read_text())     # the run's recorded split, not the table's, on resume
-    split["eval"] = sorted(set(split["eval"]) | set(split["train"]) - {"toy-count"})
+    keep = split["train"][0]                                  # one training task left
+    split["eval"] = sorted(set(split["eval"]) | set(split["train"]) - {keep})
     (run / "split.json").write_text(json.dumps(split))
     resumed = time.time()
     one = train(["--resume", str(run), "--steps", "6"], env)      # a different world size: one process
@@ -566,7 +570,7 @@ def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
     assert one.returncode == 0, out[-3000:]
     assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4, 5, 6]
     later = [f for f in (run / "rollouts" / "mini").rglob("*.json") if f.stat().st_mtime > resumed]
-    assert later and {json.loads(f.read_text())["extra"]["task"] for f in later} == {"toy-count"}
+    assert later and {json.loads(f.read_text())["extra"]["task"] for f in later} == {keep}
 
 
 @pytest.mark.parametrize("extra,needle", [
