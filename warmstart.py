@@ -63,9 +63,6 @@ class Demo:
     turns: list             # rollout.Turn, the target model's tokens
     rerendered: bool        # True: rendered anew from the file's conversation (recorded in another format)
 
-    def __len__(self):
-        return sum(len(s) for s in G.build_sequences(self.turns, 1.0, self.file))
-
 
 # ----------------------------------------------------------------------------- demonstrations -> tokens
 
@@ -176,7 +173,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
     for p in params:
         p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    order, start, losses = list(range(len(demos))), 0, []
+    start, losses = 0, []
     rng = random.Random(seed)
     ckpt = out / "checkpoint.pt"
     if resume and ckpt.exists():
