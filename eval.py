@@ -12,6 +12,10 @@ The numbers (harness, suite, max tokens, context, sessions, sampling) are the mo
 table unless a flag says otherwise: `--model tiny` is the CPU demo's (mini harness, toy suite, 8 tokens a turn);
 a --model path takes `--recipe` (default LFM3-1.7B's row: the pi harness, 4 096 tokens a turn - a GPU's).
 
+Held out means the run's own: adapters under runs/<name>/adapters/ are scored on the tasks that run held out
+(its split.json, whatever its seed or the table said then), from the base that run started from (its warm start,
+made without those tasks); adapters of runs split differently are refused. Adapters from no run: --seed's split.
+
 The recipe's trick: the base weights are loaded once and every checkpoint is an adapter name on the same
 server, so 9 checkpoints x 150 sessions run as one batch of concurrent sessions instead of 9 merged models.
 Each (model, task, sample) is a real harness rollout through the proxy, the guard and the verifier.
@@ -174,6 +178,38 @@ def _f(v, fmt="{:.2f}"):
     return "-" if v is None else fmt.format(v)
 
 
+def run_split(adapters, seed):
+    """The split (and warm start) of the run the adapters come from (runs/<name>/adapters/<version>: its
+    split.json and config.json), so its held-out tasks are the run's own; None for adapters from no run. Adapters
+    of runs with different splits, or a --seed other than the run's, are refused."""
+    runs = {}
+    for a in adapters:
+        d = Path(a).resolve().parent.parent
+        if (d / "split.json").is_file():
+            runs.setdefault(d, None)
+    if not runs:
+        return None
+    splits = {}
+    for d in runs:
+        try:
+            m, c = json.loads((d / "split.json").read_text()), json.loads((d / "config.json").read_text())
+            splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite")}
+            if not isinstance(m.get("eval"), list) or not isinstance(m.get("seed"), int):
+                raise ValueError("no 'eval' list or 'seed'")
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
+    first, m = next(iter(splits.items()))
+    same = lambda x: [sorted(x["eval"]), x["warm_start"], x["suite"]]       # noqa: E731
+    for d, other in splits.items():
+        if same(other) != same(m):
+            raise ValueError(f"--adapters from runs with different held-out splits, warm starts or suites: {first} and {d}")
+    if seed is not None and seed != m["seed"]:
+        raise ValueError(f"--seed {seed}: the adapters' run {first} was split with seed {m['seed']}")
+    print(f"eval.py: the held-out split of {first / 'split.json'} (seed {m['seed']}, {len(m['eval'])} held out)",
+          flush=True)
+    return m
+
+
 async def evaluate(args):
     given = {k: v for k, v in vars(args).items() if v is not None}
     cfg = {**recipe_config(args.model, args.recipe, prog="eval.py"), **given}
@@ -182,16 +218,23 @@ async def evaluate(args):
     if args.oracle:     # no model limits: the harnesses' own context (opencode's prompt alone is ~8k tokens)
         cfg.update({k: given.get(k, SHARED[k]) for k in ("context", "max_tokens")})
     validate(cfg, "eval.py")
-    # the base a run starts from (the recipe row's agentic base, when it has a warm start); the oracle needs
-    # only the model's chat format
-    path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(W.base_path, cfg, cfg["harness"])
+    manifest = run_split(args.adapters, args.seed)
+    seed = manifest["seed"] if manifest else args.seed or 0
+    if manifest:        # the run's own warm start and (unless --suite) suite
+        cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
+        cfg["suite"] = given.get("suite") or manifest["suite"] or cfg["suite"]
+    held = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
+    # the base a run starts from (the recipe row's agentic base, when it has a warm start, made without the
+    # held-out tasks); the oracle needs only the model's chat format
+    path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(
+        W.base_path, cfg, cfg["harness"], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
               "--recipe tiny for the CPU demo's", file=sys.stderr, flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    tasks = T.load_tasks(cfg["suite"], split=args.split, seed=args.seed, rule=HOLDOUT)
+    tasks = T.load_tasks(cfg["suite"], split=args.split, manifest=held)
     if args.limit:
         tasks = tasks[:args.limit]
     harness = H.get_harness(cfg["harness"])
@@ -207,7 +250,7 @@ async def evaluate(args):
     if args.oracle:     # the scripted model: the task's solution as tool calls, in --model's chat format
         handle = O.start(ChatFormat.from_checkpoint(path), lambda rid: next(
             (p.rollouts[rid] for p in proxies if rid in p.rollouts), None), waste=args.waste, reply=args.reply,
-            seed=args.seed, sandbox=sandbox)
+            seed=seed, sandbox=sandbox)
     elif args.server == "local":
         handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
     elif args.server == "vllm":
@@ -319,7 +362,8 @@ def main(argv=None):
     ap.add_argument("--no-warm-start", action="store_true",
                     help="the base is --model itself, not its recipe row's agentic base (as train.py; default: off)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default: %(default)s)")
+    ap.add_argument("--seed", type=int, help="seed of the holdout split (default: the adapters' run's, from its "
+                                             "split.json; else 0)")
     ap.add_argument("--out", help="output folder (default: runs/eval-<time>)")
     args = ap.parse_args(argv)
     if args.samples < 1 or args.limit < 0 or args.waste < 0:

