@@ -193,16 +193,17 @@ def run_split(adapters, seed):
     for d in runs:
         try:
             m, c = json.loads((d / "split.json").read_text()), json.loads((d / "config.json").read_text())
-            splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite")}
+            splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
+                         "harness": str(c.get("harness") or "").split(",")[0].partition(":")[0]}
             if not isinstance(m.get("eval"), list) or not isinstance(m.get("seed"), int):
                 raise ValueError("no 'eval' list or 'seed'")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
     first, m = next(iter(splits.items()))
-    same = lambda x: [sorted(x["eval"]), x["warm_start"], x["suite"]]       # noqa: E731
+    same = lambda x: [sorted(x["eval"]), x["warm_start"], x["suite"], x["harness"]]       # noqa: E731
     for d, other in splits.items():
         if same(other) != same(m):
-            raise ValueError(f"--adapters from runs with different held-out splits, warm starts or suites: {first} and {d}")
+            raise ValueError(f"--adapters from runs with different held-out splits, warm starts, suites or harnesses: {first} and {d}")
     if seed is not None and seed != m["seed"]:
         raise ValueError(f"--seed {seed}: the adapters' run {first} was split with seed {m['seed']}")
     print(f"eval.py: the held-out split of {first / 'split.json'} (seed {m['seed']}, {len(m['eval'])} held out)",
@@ -226,8 +227,9 @@ async def evaluate(args):
     held = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
     # the base a run starts from (the recipe row's agentic base, when it has a warm start, made without the
     # held-out tasks); the oracle needs only the model's chat format
+    # (a run's adapters: the base of that run, warm-started through its harness, whichever harness eval drives)
     path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(
-        W.base_path, cfg, cfg["harness"], held["eval"])
+        W.base_path, cfg, (manifest or {}).get("harness") or cfg["harness"], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "

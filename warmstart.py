@@ -51,7 +51,7 @@ import tiny
 from chat import ChatFormat
 
 ADAPTER = "sft"
-VERSION = 1        # bump when the warm start's recipe changes: cached agentic bases are then made again
+VERSION = 2        # bump when the warm start's recipe changes: cached agentic bases are then made again
 
 
 class DemoError(ValueError):
@@ -105,8 +105,8 @@ def _files(paths):
 
 
 def read_demonstrations(paths, fmt, min_score=1.0, context=None):
-    """(demos, skipped: Counter of why) from ATIF files or folders of them. context: a demonstration longer than
-    it raises DemoError naming the file (it could not be trained on as the server would see it)."""
+    """(demos, skipped: Counter of why) from ATIF files or folders of them, ordered by task and the model's tokens.
+    context: a demonstration longer than it raises DemoError naming the file (the server could not see it so)."""
     demos, skipped = [], collections.Counter()
     for f in _files(paths):
         try:
@@ -139,8 +139,9 @@ def read_demonstrations(paths, fmt, min_score=1.0, context=None):
         if context and n > context:
             raise DemoError(f"{f}: {n} tokens in the target's format, over the context of {context}: raise "
                             "--context, or leave the file out")
-        demos.append(demo)
-    return demos, skipped
+        demos.append((str(extra.get("task", "")), [t.completion_ids for t in demo.turns], demo))
+    # in an order the files' names (session ids, random) do not set: the same demonstrations, the same adapter
+    return [d for *_, d in sorted(demos, key=lambda x: x[:2])], skipped
 
 
 # ----------------------------------------------------------------------------- supervised fine-tuning

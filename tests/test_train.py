@@ -441,7 +441,7 @@ def test_main_job_learns(tmp_path, env):
     q = lambda key, part: [m[key] for m in part if m[key] is not None]     # noqa: E731
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0                       # noqa: E731
     first, last = ms[:6], ms[-6:]
-    assert mean(q("tool_calls", first)) >= 1.5, [m["tool_calls"] for m in ms]     # the base acts, and over-acts
+    assert mean(q("tool_calls", first)) >= 1.3, [m["tool_calls"] for m in ms]     # the base acts, and over-acts
     assert mean(q("tool_calls", last)) > 0.5, [m["tool_calls"] for m in ms]       # and still acts after GRPO
     assert mean(q("pass_rate", first)) <= 0.2
     assert mean(q("reward", last)) > mean(q("reward", first)), [m["reward"] for m in ms]
