@@ -179,31 +179,29 @@ def _f(v, fmt="{:.2f}"):
 
 
 def run_split(adapters, seed):
-    """The split (and warm start) of the run the adapters come from (runs/<name>/adapters/<version>: its
-    split.json and config.json), so its held-out tasks are the run's own; None for adapters from no run. Adapters
-    of runs with different splits, or a --seed other than the run's, are refused."""
-    runs = {}
-    for a in adapters:
-        d = Path(a).resolve().parent.parent
-        if (d / "split.json").is_file():
-            runs.setdefault(d, None)
-    if not runs:
-        return None
+    """The split (and warm start, suite, harness) of the run the adapters come from (runs/<name>/adapters/<version>:
+    its split.json and config.json), so its held-out tasks are the run's own; None for adapters from no run.
+    Adapters of runs split or warm-started differently, or a --seed other than the run's, are refused."""
     splits = {}
-    for d in runs:
+    for d in dict.fromkeys(Path(a).resolve().parent.parent for a in adapters):
+        if not (d / "split.json").is_file():
+            continue
         try:
             m, c = json.loads((d / "split.json").read_text()), json.loads((d / "config.json").read_text())
-            splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
-                         "harness": str(c.get("harness") or "").split(",")[0].partition(":")[0]}
-            if not isinstance(m.get("eval"), list) or not isinstance(m.get("seed"), int):
+            if not (isinstance(m, dict) and isinstance(c, dict) and isinstance(m.get("eval"), list)
+                    and isinstance(m.get("seed"), int)):
                 raise ValueError("no 'eval' list or 'seed'")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
-    first, m = next(iter(splits.items()))
+        splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
+                     "harness": str(c.get("harness") or "").split(",")[0].partition(":")[0]}
+    if not splits:
+        return None
+    (first, m), *rest = splits.items()
     same = lambda x: [sorted(x["eval"]), x["warm_start"], x["suite"], x["harness"]]       # noqa: E731
-    for d, other in splits.items():
+    for d, other in rest:
         if same(other) != same(m):
-            raise ValueError(f"--adapters from runs with different held-out splits, warm starts, suites or harnesses: {first} and {d}")
+            raise ValueError(f"--adapters from runs split, warm-started or run differently: {first} and {d}")
     if seed is not None and seed != m["seed"]:
         raise ValueError(f"--seed {seed}: the adapters' run {first} was split with seed {m['seed']}")
     print(f"eval.py: the held-out split of {first / 'split.json'} (seed {m['seed']}, {len(m['eval'])} held out)",
@@ -225,9 +223,9 @@ async def evaluate(args):
         cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
         cfg["suite"] = given.get("suite") or manifest["suite"] or cfg["suite"]
     held = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
-    # the base a run starts from (the recipe row's agentic base, when it has a warm start, made without the
-    # held-out tasks); the oracle needs only the model's chat format
-    # (a run's adapters: the base of that run, warm-started through its harness, whichever harness eval drives)
+    # the base a run starts from (the row's agentic base, when it has a warm start, made without the held-out
+    # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
+    # only the model's chat format
     path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(
         W.base_path, cfg, (manifest or {}).get("harness") or cfg["harness"], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
