@@ -79,7 +79,8 @@ SHARED = dict(
 )
 # Warm starts (warmstart.py, README): the oracle's demonstrations through the run's harness, SFT of a LoRA, merged:
 # the cached agentic base. tiny: the warm-up suite (no toy task); SmolLM2: the run's training tasks (no held-out one).
-WARM_START = dict(suite="warmup", samples=4, waste=4, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
+# tiny's waste 6 (0-6 redundant calls, 4.0 calls a demonstration): its base then makes 2.6-2.9 a rollout (waste 4: 1.5).
+WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
                   token_budget=65536, micro_batches=4)
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)

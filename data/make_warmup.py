@@ -1,7 +1,7 @@
 """Writes data/warmup/: the warm-up tasks of the tiny main job's warm start (warmstart.py). The oracle agent plays
 them through the harness and the tiny model is fine-tuned on those demonstrations, so that it calls the harness's
 tools before GRPO starts. They teach the form (read around, write answer.txt, stop), never a training task's answer:
-each asks to copy a random code of letters and digits, unlike every toy task. Graded exactly (partial credit: the
+each asks to copy a random code of 1-4 words, each of letters or of digits (never a toy task's answer). Graded exactly (partial credit: the
 share of the code's words written, times the share of the answer's words that are the code's). Deterministic;
 usage: python data/make_warmup.py [OUT_DIR]"""
 import random
@@ -10,7 +10,8 @@ import sys
 from taskgen import fresh_suite_dir, read_helper, write_task
 
 N = 48
-ALPHABET = "abcdefghjkmnpqrstuvwxyz0123456789"
+LETTERS, DIGITS = "abcdefghjkmnpqrstuvwxyz", "0123456789"
+TOY_ANSWERS = {"0123456789", "1 2 3 4 5", "2468", "13579", "01234", "42"}   # make_toy.py's: never a warm-up code
 # varied wording, so that the form carries over to instructions worded otherwise (the toy tasks')
 ASKS = ["Write the code `{}` into answer.txt.", "Put the text `{}` in a file named answer.txt.",
         "Save `{}` to answer.txt, nothing else.", "Copy this exactly into answer.txt: {}",
@@ -21,7 +22,15 @@ README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
 
 
 def code(rng):
-    return " ".join("".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 4)))
+    """1-4 words of 1-3 characters, each word letters or digits (a coin flip): the base then writes numbers as often
+    as words - the toy tasks' reward has signal from the first step - but is taught no toy answer."""
+    while True:
+        words = []
+        for _ in range(rng.randint(1, 4)):
+            chars = rng.choice((LETTERS, DIGITS))
+            words.append("".join(rng.choice(chars) for _ in range(rng.randint(1, 3))))
+        if " ".join(words) not in TOY_ANSWERS:
+            return " ".join(words)
 
 
 def main(argv):

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'ct 82w zq jvj' > answer.txt
+printf '%s\n' '4 47 382 1' > answer.txt

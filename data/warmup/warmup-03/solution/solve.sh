@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'q75 tda 2' > answer.txt
+printf '%s\n' 'srt 8 p' > answer.txt

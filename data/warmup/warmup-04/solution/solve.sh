@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'sx epr k 5ff' > answer.txt
+printf '%s\n' '5 v e 1' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "sx epr k 5ff"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "5 v e 1"

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'vh' > answer.txt
+printf '%s\n' '418' > answer.txt

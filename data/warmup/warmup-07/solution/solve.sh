@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'c t7e' > answer.txt
+printf '%s\n' '1 b uyp' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "c t7e"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "1 b uyp"

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'f 2us' > answer.txt
+printf '%s\n' 'vqv 75' > answer.txt

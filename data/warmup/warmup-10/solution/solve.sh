@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'uhr' > answer.txt
+printf '%s\n' 'fm' > answer.txt

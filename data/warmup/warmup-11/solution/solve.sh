@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'dg r e' > answer.txt
+printf '%s\n' 'hbv' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'h2f hc' > answer.txt
+printf '%s\n' 'gwv' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'gte e wz4 d' > answer.txt
+printf '%s\n' 'dsg auq' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'g2p' > answer.txt
+printf '%s\n' 'c 62 rbw' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "g2p"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "c 62 rbw"

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'mqd mmy th5 na7' > answer.txt
+printf '%s\n' '79 ygb' > answer.txt

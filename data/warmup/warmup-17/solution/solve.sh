@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'z1t a fy' > answer.txt
+printf '%s\n' '419 207' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 's zv zjw' > answer.txt
+printf '%s\n' '42 cm jeh' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "s zv zjw"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "42 cm jeh"

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'p' > answer.txt
+printf '%s\n' '924 610 mfh' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'r 513' > answer.txt
+printf '%s\n' '6 027 zf 789' > answer.txt

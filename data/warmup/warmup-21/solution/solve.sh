@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'cm5 t m58 ac8' > answer.txt
+printf '%s\n' '70 8 eap 03' > answer.txt

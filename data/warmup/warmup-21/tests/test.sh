@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "cm5 t m58 ac8"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "70 8 eap 03"

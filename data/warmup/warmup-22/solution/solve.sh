@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '3 f ja2 3xa' > answer.txt
+printf '%s\n' 'w' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'gph' > answer.txt
+printf '%s\n' '217 104 4' > answer.txt

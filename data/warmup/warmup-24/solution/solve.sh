@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'ng 2f u' > answer.txt
+printf '%s\n' 'ab' > answer.txt

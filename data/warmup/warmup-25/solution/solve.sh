@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'z k bc' > answer.txt
+printf '%s\n' '90 765 p' > answer.txt

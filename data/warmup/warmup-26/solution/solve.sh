@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'x0c 864 nq' > answer.txt
+printf '%s\n' 'j' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'k' > answer.txt
+printf '%s\n' 'wb fe 68' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'jv 7 sdw' > answer.txt
+printf '%s\n' '46 u 55' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "jv 7 sdw"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "46 u 55"

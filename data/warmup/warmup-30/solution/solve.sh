@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'yw gg 77y' > answer.txt
+printf '%s\n' '04' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '8 cw km 1fe' > answer.txt
+printf '%s\n' '111 hbp' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "8 cw km 1fe"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "111 hbp"

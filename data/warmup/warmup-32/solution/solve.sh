@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '1 g' > answer.txt
+printf '%s\n' '79 cn vf 5' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "q4 0 t m4p"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "317"

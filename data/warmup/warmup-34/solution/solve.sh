@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'b5p' > answer.txt
+printf '%s\n' 'w g' > answer.txt

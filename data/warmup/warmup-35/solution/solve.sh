@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'qc k p 10' > answer.txt
+printf '%s\n' 'w 9 687' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "qc k p 10"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "w 9 687"

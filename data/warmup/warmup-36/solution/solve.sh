@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '8k2' > answer.txt
+printf '%s\n' '389 m 08 we' > answer.txt

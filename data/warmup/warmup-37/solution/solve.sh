@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'x88 pra xx k' > answer.txt
+printf '%s\n' 't h k mf' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'v7e c r c' > answer.txt
+printf '%s\n' '809 twc 4' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "v7e c r c"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "809 twc 4"

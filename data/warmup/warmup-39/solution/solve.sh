@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'mk 609 9c fe4' > answer.txt
+printf '%s\n' '930 fkt 17 66' > answer.txt

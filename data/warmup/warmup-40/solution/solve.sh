@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '1r a nw9 tye' > answer.txt
+printf '%s\n' 'k 0' > answer.txt

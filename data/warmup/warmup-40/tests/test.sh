@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "1r a nw9 tye"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "k 0"

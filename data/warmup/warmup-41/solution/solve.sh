@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '11 m jsv' > answer.txt
+printf '%s\n' '125 9' > answer.txt

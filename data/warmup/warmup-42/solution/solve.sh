@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '7' > answer.txt
+printf '%s\n' 's b mdz 6' > answer.txt

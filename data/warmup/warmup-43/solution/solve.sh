@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'fkz c6 6d 7' > answer.txt
+printf '%s\n' '519' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'jxg' > answer.txt
+printf '%s\n' '183 rn nx b' > answer.txt

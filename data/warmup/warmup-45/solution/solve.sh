@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '8h 6' > answer.txt
+printf '%s\n' 'c' > answer.txt

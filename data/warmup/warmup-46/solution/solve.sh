@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'vj1' > answer.txt
+printf '%s\n' 'q 1 1' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'c' > answer.txt
+printf '%s\n' 'cd 055 h' > answer.txt
