@@ -77,9 +77,8 @@ SHARED = dict(
     stall_timeout=3600,                 # seconds without a graded group before the run stops
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
-# Warm starts (warmstart.py, README): the oracle's demonstrations through the run's harness, SFT of a LoRA, merged:
-# the cached agentic base. tiny: the warm-up suite (no toy task); SmolLM2: the run's training tasks (no held-out one).
-# tiny's waste 6 (0-6 redundant calls, 4.0 calls a demonstration): its base then makes 2.6-2.9 a rollout (waste 4: 1.5).
+# Warm starts (warmstart.py, README): oracle demonstrations through the run's harness, SFT of a LoRA, merged: the cached
+# agentic base. tiny: warm-up tasks (no toy task; waste 6: base 2.5-2.9 calls, 4: 1.5); SmolLM2: its training split.
 WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
                   token_budget=65536, micro_batches=4)
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
