@@ -1,9 +1,9 @@
 """Writes data/warmup/: the warm-up tasks of the tiny main job's warm start (warmstart.py). The oracle agent plays
 them through the harness and the tiny model is fine-tuned on those demonstrations, so that it calls the harness's
 tools before GRPO starts. They teach the form (read around, write answer.txt, stop), never a training task's answer:
-each asks to copy a random code of 1-4 words, each of letters or of digits (never a toy task's answer). Graded exactly (partial credit: the
-share of the code's words written, times the share of the answer's words that are the code's). Deterministic;
-usage: python data/make_warmup.py [OUT_DIR]"""
+each asks to copy a random code of 1-4 words, each of letters or of digits (never a toy task's answer). Graded
+exactly (partial credit: the share of the code's words written, times the share of the answer's words that are the
+code's). Deterministic; usage: python data/make_warmup.py [OUT_DIR]"""
 import random
 import sys
 
@@ -25,12 +25,10 @@ def code(rng):
     """1-4 words of 1-3 characters, each word letters or digits (a coin flip): the base then writes numbers as often
     as words - the toy tasks' reward has signal from the first step - but is taught no toy answer."""
     while True:
-        words = []
-        for _ in range(rng.randint(1, 4)):
-            chars = rng.choice((LETTERS, DIGITS))
-            words.append("".join(rng.choice(chars) for _ in range(rng.randint(1, 3))))
-        if " ".join(words) not in TOY_ANSWERS:
-            return " ".join(words)
+        text = " ".join("".join(rng.choice(chars) for _ in range(rng.randint(1, 3)))
+                        for chars in (rng.choice((LETTERS, DIGITS)) for _ in range(rng.randint(1, 4))))
+        if text not in TOY_ANSWERS:
+            return text
 
 
 def main(argv):
