@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, web
 
 import checkpoint as C
 import lora as L
@@ -311,23 +311,27 @@ class Client:
         if self._session is not None:
             await self._session.close()
 
-    async def post(self, path, body, retries=0):
-        for attempt in range(retries + 1):
+    async def post(self, path, body, retries=0, resend=0):
+        """retries: again after a 5xx or a network error (backing off); resend: again at once after a connection that
+        failed before any reply (a keep-alive connection the server had closed: "Can not write request body")."""
+        for attempt in range(retries + resend + 1):
             try:
                 s = await self.session()
                 async with s.post(self.url + path, json=body) as r:
                     text = await r.text()
                     if r.status == 200:
                         return json.loads(text) if r.content_type == "application/json" else text
-                    if r.status < 500 or attempt == retries:
+                    if r.status < 500 or attempt >= retries:
                         raise RuntimeError(f"POST {path} -> {r.status}: {text[:500]}")
             except (OSError, asyncio.TimeoutError) as e:
-                if attempt == retries:
+                if attempt < resend and isinstance(e, ClientConnectionError):
+                    continue
+                if attempt >= retries:
                     raise RuntimeError(f"POST {path} failed: {e!r}") from None
             await asyncio.sleep(min(2 ** attempt, 10))
 
     async def chat(self, body):
-        return await self.post("/v1/chat/completions", body)
+        return await self.post("/v1/chat/completions", body, resend=1)
 
     async def load_adapter(self, name, path, retries=3, replace=False):
         """replace: a name the server already holds gets these weights (vLLM's load_inplace) instead of a 400."""
