@@ -92,12 +92,13 @@ def summarize(rollouts):
             "tool_calls": mean_or_none([r["tool_calls"] for r in graded]),
             "tool_calls_solved": mean_or_none([r["tool_calls"] for r in graded if r["score"] == 1.0]),
             "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded),
+            "timed_out": sum(bool(r.get("timed_out")) for r in graded),     # graded: scored as the work dir was left
             "ungraded_by": dict(sorted(why.items()))}
 
 
 def _why(s):
-    return f"{s['ungraded']}" + (f" ({', '.join(f'{k} {v}' for k, v in s['ungraded_by'].items())})"
-                                 if s["ungraded_by"] else "")
+    why = f" ({', '.join(f'{k} {v}' for k, v in s['ungraded_by'].items())})" if s["ungraded_by"] else ""
+    return f"{s['ungraded']}{why}" + (f"; {s['timed_out']} timed out, graded" if s.get("timed_out") else "")
 
 
 def table(rep) -> str:

@@ -14,7 +14,8 @@
   mounted, as `nobody` when we are root, own PID namespace so nothing the agent started outlives it; the
   verifier runs sandboxed too, since the tests import the agent's code), else "dir" (same user, no
   isolation: `sandbox.resolve_sandbox` returns the warning to print). The oracle's files are never mounted.
-  A harness crash, hang or server error leaves the rollout ungraded (score None), never an exception.
+  A harness crash, a server error or a timeout before any model reply leaves the rollout ungraded (score
+  None), never an exception; a timeout after one is graded as the work dir was left (Harbor's rule).
 - `RolloutPool`: keeps up to `max_sessions` rollouts running, tasks scheduled as groups of `group_size`;
   a group is put on the queue once all its rollouts are done, in order of completion. Each finished
   rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
@@ -189,6 +190,8 @@ class Proxy:
             choice, msg, finish = _read_reply(resp)
         except Exception as e:
             text = str(e)
+            if self.rollouts.get(r.id) is not r:       # it ended (timed out) while this request was out
+                return web.json_response({"error": {"message": "rollout ended"}}, status=400)
             if CONTEXT_ERROR in text:     # the session outgrew the context: end it normally, still graded
                 msg, finish, resp, choice = {"role": "assistant", "content": "[context limit reached]",
                                              "tool_calls": []}, "length", {"usage": {}}, None
@@ -199,6 +202,8 @@ class Proxy:
                 # ungraded anyway, so let the harness stop now
                 return web.json_response({"error": {"message": "model request failed", "type": "invalid_request"}},
                                          status=400)
+        if self.rollouts.get(r.id) is not r:           # graded already: nothing may change it now
+            return web.json_response({"error": {"message": "rollout ended"}}, status=400)
         if tools and choice is not None:
             r.tools = tools
             self._guard(r, msg, tools, messages)
@@ -324,21 +329,22 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                 r.exit_code = await asyncio.wait_for(proc.wait(), timeout or r.task.agent_timeout)
             except asyncio.TimeoutError:
                 r.timed_out = True
-                r.failure = r.failure or "timeout"
-                r.errors.append(f"harness timed out after {timeout or r.task.agent_timeout}s")
         await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
-        ok, why = (False, "timed out") if r.timed_out else \
+        # A timeout is the agent's spent budget, graded as the work dir was left with no reply (Harbor grades its
+        # AgentTimeoutError too): a policy that loops earns its 0. Before any model reply it is the server's: ungraded.
+        spent = f"timed out after {timeout or r.task.agent_timeout}s"
+        ok, why = (bool(r.turns), f"{spent} before any model reply") if r.timed_out else \
             await asyncio.to_thread(harness.succeeded, r.exit_code, home, tmp)
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
-            r.failure = r.failure or "harness"
+            r.failure = r.failure or ("timeout" if r.timed_out else "harness")
         if r.errors:
             r.score, r.reason = None, r.errors[0]
         else:
-            res = await asyncio.to_thread(T.verify, r.task, work, agent_output=r.final_message, sandbox=sandbox,
-                                          hide=[root])
-            r.score, r.reason = res.score, res.reason
+            res = await asyncio.to_thread(T.verify, r.task, work, agent_output="" if r.timed_out else r.final_message,
+                                          sandbox=sandbox, hide=[root])
+            r.score, r.reason = res.score, (f"{spent} (graded as left): " if r.timed_out else "") + res.reason
             if res.score is None:
                 r.failure = "verifier"
     except asyncio.CancelledError:

@@ -109,14 +109,16 @@ def trim_metrics(path, last):
 
 
 def progress(m):
-    """The step's one line. ungraded (by why), stale = rollouts dropped for staleness; w = mean importance
+    """The step's one line. timed out = graded rollouts that spent their time budget (scored as left); ungraded
+    (by why), stale = rollouts dropped for staleness; w = mean importance
     weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
     mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
     return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
-            f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) blocks {m['guard_blocks']} stale {m['dropped_stale']} "
+            f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) "
+            f"blocks {m['guard_blocks']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
             f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
             f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
             f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "

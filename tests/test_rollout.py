@@ -180,6 +180,7 @@ def test_upstream_failure_leaves_the_rollout_ungraded(tmp_path, name):
 
 
 def test_hung_harness_is_killed_and_ungraded(tmp_path):
+    """The server never answered: not the policy's fault, so ungraded (a timeout after a reply is graded)."""
     r = asyncio.run(one(tmp_path, "mini", Upstream(hang=True), timeout=3))
     assert r.timed_out and r.score is None and r.failure == "timeout"
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
@@ -557,6 +558,8 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
     import time
     tick = tmp_path / "sb" / r.id / "work" / "tick"
     assert r.timed_out and tick.exists()
+    # the model had answered: the agent spent its budget, graded as the work dir was left (no answer.txt: 0)
+    assert r.score == 0.0 and r.failure == "" and not r.errors and r.reason.startswith("timed out after 4s")
     first = tick.read_text()
     time.sleep(0.5)
     assert tick.read_text() == first                     # the writer is gone
