@@ -361,8 +361,25 @@ class VLLMCPU(Harness):
         return self.binary(root) if (root / MARKER).exists() else None
 
 
+class HarborTaskModel(Harness):
+    """Not a harness: Harbor's own task model, for tests/test_tasks.py to load every shipped task with it. The
+    `harbor` wheel from PyPI is for Python >= 3.12, so it is unpacked, not installed (no dependencies: its task
+    model needs only pydantic, toml and pathspec, in requirements-dev.txt; on 3.11 it imports once
+    `typing.override` comes from typing_extensions)."""
+    name, release, package = "harbor", "0.25.0", "harbor"
+
+    def install_commands(self, root):
+        wheel = root / f"{self.package}-{self.release}-py3-none-any.whl"
+        return [[sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "--no-deps",
+                 "--only-binary=:all:", "--python-version", "3.12", "-d", root, f"{self.package}=={self.release}"],
+                [sys.executable, "-m", "zipfile", "-e", wheel, root / "lib"]]
+
+    def binary(self, root):
+        return root / "lib" / "harbor" / "models" / "task" / "task.py"
+
+
 HARNESSES = {"pi": Pi(), "opencode": OpenCode(), "hermes": Hermes(), "mini": Mini()}
-INSTALLS = {**HARNESSES, "vllm": VLLMCPU()}          # what `python harnesses.py install` knows
+INSTALLS = {**HARNESSES, "vllm": VLLMCPU(), "harbor": HarborTaskModel()}   # what `python harnesses.py install` knows
 
 
 def get_harness(name: str) -> Harness:
@@ -377,8 +394,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("install", help="install into the cache (idempotent)")
     i.add_argument("names", nargs="*", default=["pi", "opencode", "hermes"], metavar="NAME",
-                   help="pi, opencode, hermes, or vllm (vLLM's CPU build, ~3.5 GB; on a GPU machine pip install "
-                        "vllm instead) (default: the three harnesses)")
+                   help="pi, opencode, hermes, vllm (vLLM's CPU build, ~3.5 GB; on a GPU machine pip install "
+                        "vllm instead), or harbor (Harbor's task model, for the tests) (default: the three harnesses)")
     i.add_argument("--cache-dir", default=None, help="default: $HARNESS_RL_CACHE or ~/.cache/harness-rl/harnesses")
     i.add_argument("--quiet", action="store_true", help="no progress lines (default: print them)")
     args = ap.parse_args(argv)

@@ -2,10 +2,16 @@
 
 A task is a directory in Harbor's layout (so a SmolDataEnvs-harbor or Repo2RLEnv export loads too):
 
-    instruction.md   the prompt            task.toml   [task] name, [metadata] source/type/difficulty,
-    environment/     the agent's files                 [agent] / [verifier] timeout_sec, [verifier] env,
-    tests/test.sh    the verifier (+ helpers)          [environment] allowed_hosts, [guard] allowances
-    solution/solve.sh  the oracle
+    instruction.md   the prompt            task.toml   Harbor's schema 1.4: [task] name ("org/name"; the
+    environment/     the agent's files                 task's name here is the part after "/"), [metadata]
+    tests/test.sh    the verifier (+ helpers)          source/type/difficulty, [agent] / [verifier] timeout_sec,
+    solution/solve.sh  the oracle                      [verifier] env, [environment] network_mode /
+                                                       allowed_hosts (older: allow_internet), [guard] allowances
+
+The generators write what Harbor 0.25 reads without a warning (tests/test_tasks.py loads every shipped task
+with Harbor's own `Task` model). What only a container backend honours is refused with one line naming the
+key ([[steps]], a non-linux os, docker_image, gpus, tpu, mcp_servers, healthcheck). The network is the guard's
+hosts rule whatever network_mode says; an "allowlist" task's allowed_hosts are allowed. Suites: suites.py.
 
 `[guard]` (ours, optional): `allow_rules` (guard rule ids the task legitimately triggers), `allow_paths`
 (globs of paths the guard must not treat as oracle/test/reward files), `allow_hosts` (hosts the task may
@@ -61,16 +67,11 @@ from pathlib import Path
 
 import sandbox as SB
 from guard import RULES
+from suites import SUITES, TaskError, resolve_suites, task_dirs
 
-DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup")
 GUARD_RULES = RULES                           # the rule ids a task's [guard] allow_rules may name
 DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
 CHECKS = {1: "schema", 2: "materialize", 3: "oracle", 4: "degenerate", 5: "deterministic", 6: "leakage"}
-
-
-class TaskError(Exception):
-    """A malformed task (or several): the message names each offending file."""
 
 
 @dataclass
@@ -135,6 +136,8 @@ def load_task(path) -> Task:
         return float(v)
 
     meta, env, guard_cfg = table("metadata"), table("environment"), table("guard")
+    if why := _cannot_honour(cfg, env):
+        raise TaskError(f"{toml_path}: {why}")
     guard = {}
     for key in ("allow_rules", "allow_paths", "allow_hosts"):
         v = guard_cfg.get(key, [])
@@ -153,7 +156,7 @@ def load_task(path) -> Task:
         raise TaskError(f"{toml_path}: [verifier] env must be a table of strings, got {venv!r}")
     suite = path.parent.name
     return Task(
-        name=str(table("task").get("name") or path.name),
+        name=str(table("task").get("name") or path.name).rsplit("/", 1)[-1],     # Harbor's org/name: the name
         path=path,
         source=str(meta.get("source") or (suite if suite in SUITES else "other")),
         type=str(meta.get("type") or meta.get("category") or "unknown"),
@@ -167,22 +170,19 @@ def load_task(path) -> Task:
     )
 
 
-def task_dirs(root) -> list[Path]:
-    """Every task directory under root (a dir holding task.toml or instruction.md; not searched inside)."""
-    root = Path(root)
-    if (root / "task.toml").exists() or (root / "instruction.md").exists():
-        return [root]
-    return [t for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-            for t in task_dirs(d)]
-
-
-def resolve_suites(spec) -> list[Path]:
-    """A folder, a suite under data/, "all" (every shipped suite), or several of these comma-separated."""
-    parts = [str(spec)] if Path(spec).exists() else [s.strip() for s in str(spec).split(",") if s.strip()]
-    for s in parts or [str(spec)]:
-        if not (Path(s).exists() or s == "all" or (DATA / s).is_dir()):
-            raise TaskError(f"{s}: no such directory, and not a suite ({', '.join(SUITES)}, all; or several, a,b)")
-    return [Path(s) if Path(s).exists() else DATA if s == "all" else DATA / s for s in parts]
+def _cannot_honour(cfg, env):
+    """Why this trainer cannot run a task.toml as Harbor would (one line), or None. Harbor's keys that only
+    a container backend honours are refused, not ignored; network_mode / allow_internet are left to the guard."""
+    if cfg.get("steps"):
+        return "[[steps]] (a multi-step task) is not supported here: one instruction, one verifier per task"
+    if str(env.get("os", "linux")).lower() != "linux":
+        return f"[environment] os = {env['os']!r}: only linux tasks run here"
+    if env.get("docker_image"):
+        return f"[environment] docker_image = {env['docker_image']!r} needs a container engine; none runs here"
+    for key in ("gpus", "tpu", "mcp_servers", "healthcheck"):
+        if env.get(key):
+            return f"[environment] {key} is not supported here (no container backend: see tasks.py's docstring)"
+    return None
 
 
 def load_tasks(path_or_suite, split=None, seed=None, manifest=None, rule=None, check=False, workers=None) -> list[Task]:

@@ -104,7 +104,7 @@ RECIPES = {
 # Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs +
 # 150 SmolDataEnvs once a source has twice as many (training keeps at least as many); a smaller source, or one not
 # named (toy, numbers, your own), holds out `fraction` (the recipe's 40 of 270 Repo2RLEnvs), at least 1 of 2 or more.
-# Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, files 65 -> 10, toy 6 -> 1. Recorded in split.json.
+# Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, files 65 -> 10, toy 6 -> 1, humaneval 164 -> 25.
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 # the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)

