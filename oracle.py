@@ -119,7 +119,7 @@ def plan(task, useful, seed, waste=0, reply="file"):
             p = rng.choice(written)
             after.append(rng.choice([{"read": p}, {"run": f"cat {shlex.quote(p)}"}, {"run": "ls"}]))
         else:          # looking around first: the directory, a file, the same file again, cat of what was read
-            options = [{"run": "ls"}, {"run": "ls -la"}]
+            options = [{"run": "ls"}, {"run": "ls -a"}]     # not -l: its times would make each warm start differ
             if readable:
                 options.append({"read": rng.choice(readable)})
             if seen:

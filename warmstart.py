@@ -51,7 +51,7 @@ import tiny
 from chat import ChatFormat
 
 ADAPTER = "sft"
-VERSION = 2        # bump when the warm start's recipe changes: cached agentic bases are then made again
+VERSION = 3        # bump when the warm start's recipe changes: cached agentic bases are then made again
 
 
 class DemoError(ValueError):

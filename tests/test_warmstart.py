@@ -3,6 +3,7 @@ token in two chat formats, the oracle solving tasks through each real harness wi
 scoring 0), SFT on oracle trajectories lowering their loss until the tiny model writes a parseable tool call."""
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,26 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     demos, skipped = W.read_demonstrations(files, fmt)
     assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
+
+
+def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path, lfm3):
+    """Recorded twice (warm-up tasks, wasteful, through mini and its sandbox), the demonstrations are the same token
+    ids: nothing of the clock or the sandbox's paths reaches them, so the agentic base is the same on every machine
+    of a kind (the README's seeds start from one base)."""
+    fmt = ChatFormat.from_checkpoint(lfm3)
+    runs = []
+    for k in range(2):       # as two checkouts made at other times (a file's mtime shows in `ls -l`)
+        for t in T.load_tasks("warmup")[:4]:
+            shutil.copytree(t.path, tmp_path / f"suite{k}" / t.path.name)
+        for f in (tmp_path / f"suite{k}").rglob("*"):
+            os.utime(f, (1e9 + k * 3e7, 1e9 + k * 3e7))
+        tasks = T.load_tasks(tmp_path / f"suite{k}")
+        asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / str(k), samples=2, sessions=4,
+                             max_tokens=72, context=4096, waste=6, seed=0))
+        demos, skipped = W.read_demonstrations([tmp_path / str(k) / "rollouts"], fmt)
+        assert len(demos) == 8 and not skipped
+        runs.append([[(t.prompt_ids, t.completion_ids) for t in d.turns] for d in demos])
+    assert sum(len(d) for d in runs[0]) > 8 and runs[0] == runs[1]
 
 
 def test_the_oracle_answers_every_files_task_in_its_reply_through_mini(tmp_path, chatml):
