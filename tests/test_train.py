@@ -430,7 +430,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
 def test_main_job_learns(tmp_path, env):
     """The README's main command, all 24 steps, from a fresh cache: the warm start (oracle demonstrations on the
     warm-up suite through mini, SFT, merged) makes an agentic base that calls tools - several a rollout - and GRPO
-    then trains on it: reward and pass rate up, tool calls still made (the form survives RL), no rollout lost,
+    then trains on it: reward and score up, fewer tool calls but still some (the form survives RL), no rollout lost,
     gradient kept. Its bars sit below the README's runs (a CI machine's timing changes which rollouts
     finish first, so no run is repeated exactly)."""
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--steps", "24",
@@ -444,12 +444,15 @@ def test_main_job_learns(tmp_path, env):
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0                       # noqa: E731
     first, last = ms[:6], ms[-6:]
     calls, reward = [m["tool_calls"] for m in ms], [m["reward"] for m in ms]
-    assert mean(q("tool_calls", first)) >= 1.5, calls                 # the base acts, and over-acts (README: 2.4-2.9)
-    assert mean(q("tool_calls", last)) > 0.5, calls     # still acts; fewer calls is measured, not asserted (README:
-    # 0.35-0.92x over seven runs of the same command - one in CI's own order of finishing rollouts went 2.02 -> 1.86)
+    assert mean(q("tool_calls", first)) >= 1.5, calls                 # the base acts, and over-acts (README: 1.7-2.5)
+    # fewer calls, and still acting (README: 0.48-0.57x from the one base; the 0.6x target is measured there)
+    assert 0.5 < mean(q("tool_calls", last)) < mean(q("tool_calls", first)), calls
     assert mean(q("pass_rate", first)) <= 0.2
-    assert mean(q("pass_rate", last)) > mean(q("pass_rate", first)), [m["pass_rate"] for m in ms]
-    assert mean(q("reward", last)) >= 1.5 * mean(q("reward", first)), reward               # README: 2.1-4.0x
+    # accuracy: the verifier's mean score (partial credit; the pass rate at 3-6 % is too noisy to bar: one run of
+    # the README's went 4 % -> 3 % while its score doubled), and the reward
+    score = [m["score"] for m in ms]
+    assert mean(q("score", last)) >= 1.5 * mean(q("score", first)), score                 # README: 2.1-4.1x
+    assert mean(q("reward", last)) >= 1.5 * mean(q("reward", first)), reward               # README: 2.0-4.2x
     assert sum(m["ungraded_by"].get("server", 0) for m in ms) == 0
     cut = [m["clip_frac"] for m in ms[1:] if m["clip_frac"] is not None]
     assert cut and sum(cut) / len(cut) <= 0.2
