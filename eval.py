@@ -46,6 +46,7 @@ import lora as L
 import oracle as O
 import rollout as R
 import sandbox as SB
+import taskenv as E
 import serve as S
 import servers as SV
 import tasks as T
@@ -244,7 +245,7 @@ async def evaluate(args):
     for a in args.adapters:
         ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
-    sandbox, warning = SB.resolve_sandbox(args.sandbox)     # before a server starts: a refusal leaks nothing
+    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks)     # before a server starts: a refusal leaks nothing
     if warning:
         print(warning, file=sys.stderr, flush=True)
     proxies = []

@@ -52,11 +52,12 @@ class Guard:
     one loopback address that stays blocked; `work_dir` is inferred from the harness's system prompt when not
     given. `task_dir` is the task's real directory (its solution/, tests/: reads are answer-lookup, writes
     test-editing or reward-hacking, wherever it lies); `home` the rollout's HOME (the harness config in it holds the
-    rollout's secret); `private` dirs no rollout may touch outside its own work dir and home (the root of all
-    sandboxes, the run dir): reads there are answer-lookup, writes reward-hacking."""
+    rollout's secret); `tmp` its TMPDIR (default: tmp/ beside work dir and home); `private` dirs no rollout may
+    touch outside its own work dir and home (the root of all sandboxes, the run dir): reads there are
+    answer-lookup, writes reward-hacking."""
 
     def __init__(self, allow_rules=(), allow_paths=(), allow_hosts=(), proxy_host=None, work_dir=None,
-                 task_dir=None, home=None, private=()):
+                 task_dir=None, home=None, private=(), tmp=None):
         unknown = set(allow_rules) - set(RULES)
         if unknown:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {RULES}")
@@ -69,14 +70,14 @@ class Guard:
         # the rollout's own places: work dir, HOME and the sandbox's tmp/ next to them (rollout.py's box layout)
         box = {posixpath.dirname(d) for d in (self.work_dir, self.home) if d}
         box = box.pop() if len(box) == 1 and self.home else None
-        self.own, self.task_dirs, self.private = _dirs([self.work_dir, self.home, box and box + "/tmp"]), \
+        self.own, self.task_dirs, self.private = _dirs([self.work_dir, self.home, tmp or box and box + "/tmp"]), \
             _dirs([task_dir]), _dirs(private)
         self.box = _dirs([box])                         # the box itself may be listed (ls ..), not read into
 
     @classmethod
     def for_task(cls, guard_section=None, **kw):
         """A Guard from a task.toml [guard] table (allow_rules, allow_paths (globs), allow_hosts) and the
-        rollout's keywords: proxy_host, work_dir, task_dir, home, private."""
+        rollout's keywords: proxy_host, work_dir, task_dir, home, private, tmp."""
         g = dict(guard_section or {})
         unknown = set(g) - {"allow_rules", "allow_paths", "allow_hosts"}
         if unknown:

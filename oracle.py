@@ -42,6 +42,7 @@ from aiohttp import web
 import rollout as R
 import sandbox as SB
 import servers as SV
+import taskenv as E
 import tasks as T
 from servers import MAX_BODY, Handle, new_key
 
@@ -82,9 +83,9 @@ def steps(task, sandbox="dir"):
         except json.JSONDecodeError as e:
             raise T.TaskError(f"{spelled}: not JSON: {e}") from None
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-plan-") as tmp:
-        work = T.materialize(task, Path(tmp) / "work")
+        work = E.materialize(task, Path(tmp) / "work")
         before = _files(work)
-        rc, out = T.run_oracle(task, work, sandbox=sandbox)
+        rc, out = E.run_oracle(task, work, sandbox=sandbox)
         if rc != 0:
             raise T.TaskError(f"{task.path}/solution/solve.sh: exit code {rc} on a scratch copy: {out[-300:]}")
         after = _files(work)
@@ -133,9 +134,9 @@ def plan(task, useful, seed, waste=0, reply="file"):
 
 
 def _env_files(task):
-    env = Path(task.path) / "environment"
-    return [p.relative_to(env).as_posix() for p in sorted(env.rglob("*")) if p.is_file() and
-            p.name not in T.DOCKER_FILES and p.stat().st_size < 64_000] if env.is_dir() else []
+    """The files a fresh work dir holds (under 64 kB), as the agent sees them."""
+    with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-env-") as tmp:
+        return [k for k, v in _files(E.materialize(task, Path(tmp) / "work")).items() if len(v) < 64_000]
 
 
 # ----------------------------------------------------------------------------- a step in a harness's tool shapes

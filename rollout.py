@@ -8,7 +8,8 @@
   exactly as the server returned it (prompt ids, completion ids, logprobs, adapter version) and the
   answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
   summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
-- `run_rollout`: a fresh sandbox (work dir from the task environment, HOME, TMPDIR), the harness in its
+- `run_rollout`: a fresh sandbox (work dir from the task environment, at a Harbor task's WORKDIR; HOME, TMPDIR;
+  taskenv.py), the harness in its
   own process group, killed with its children on timeout, then the verifier. `sandbox="auto"` (default):
   bubblewrap where it runs (sandbox.py: only the system, the harness install and the rollout's own dirs are
   mounted, as `nobody` when we are root, own PID namespace so nothing the agent started outlives it; the
@@ -43,7 +44,7 @@ from aiohttp import web
 
 import sandbox as SB
 from servers import MAX_BODY, ChatStream
-import tasks as T
+import taskenv as E
 from guard import Guard
 
 CONTEXT_ERROR = "maximum context length"
@@ -125,12 +126,13 @@ class Proxy:
     def base_url(self, rollout: Rollout):
         return f"{self.url}/r/{rollout.id}/v1"
 
-    def register(self, r: Rollout, work_dir=None, home=None, private=()):
-        """work_dir / home: the rollout's own (the guard judges paths against them, its config with the
-        secret in home); private: dirs no rollout may touch but its own parts (all sandboxes, the run)."""
+    def register(self, r: Rollout, work_dir=None, home=None, tmp=None, private=()):
+        """work_dir (as the agent sees it) / home / tmp: the rollout's own (the guard judges paths against them,
+        its config with the secret in home); private: dirs no rollout may touch but its own (all sandboxes, the run)."""
         task_dir = getattr(r.task, "path", None)
         r.guard = Guard.for_task(getattr(r.task, "guard", None) or {}, proxy_host=self.url,
                                  work_dir=str(work_dir) if work_dir else None, home=str(home) if home else None,
+                                 tmp=str(tmp) if tmp else None,
                                  task_dir=str(Path(task_dir).resolve()) if task_dir else None,
                                  private=[str(p) for p in private]).session()
         self.rollouts[r.id] = r
@@ -296,23 +298,24 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
-    proxy.register(r, work, home, private=[root])
+    seen = E.workdir(r.task, work) if sandbox == "bwrap" else str(work)     # a container task's WORKDIR: /app
+    proxy.register(r, seen, home, tmp, private=[root])
     try:
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(T.materialize, r.task, work)
+        await asyncio.to_thread(E.materialize, r.task, work)
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
                         context=context)
         launch = harness.launch(r.task.instruction, home, work, tmp, r.id, POLICY)
-        argv, env = launch.argv, dict(launch.env)
+        argv, env = launch.argv, E.task_env(r.task) | dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
+        E.refuse_dir(r.task, sandbox)
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
-            argv = SB.bwrap_args([work, home, tmp], SB.tool_paths(harness.sandbox_paths()), hide) + list(argv)
-        elif sandbox != "dir":
-            raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
+            argv = SB.bwrap_args([home, tmp], SB.tool_paths(harness.sandbox_paths()), hide, chdir=seen,
+                                 mounts=[(work, seen, True)]) + list(argv)
         with open(box / "harness.log", "wb") as log:
             try:
                 proc = await asyncio.create_subprocess_exec(
@@ -342,7 +345,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if r.errors:
             r.score, r.reason = None, r.errors[0]
         else:
-            res = await asyncio.to_thread(T.verify, r.task, work, agent_output="" if r.timed_out else r.final_message,
+            res = await asyncio.to_thread(E.verify, r.task, work, agent_output="" if r.timed_out else r.final_message,
                                           sandbox=sandbox, hide=[root])
             r.score, r.reason = res.score, (f"{spent} (graded as left): " if r.timed_out else "") + res.reason
             if res.score is None:

@@ -6,7 +6,8 @@
     pids = kill(proc.pid); wait_dead(pids)     # the whole sandbox, not only its first process
 
 What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links recreated), the `readonly`
-paths (the harness install, this Python, node), the `writable` dirs, a fresh /tmp, /dev and /proc (with
+paths (the harness install, this Python, node), the `writable` dirs, the `mounts` (a host dir shown elsewhere:
+a Harbor task's work dir at its WORKDIR, /tests, /logs/verifier; taskenv.py), a fresh /tmp, /dev and /proc (with
 /proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities, no
 kernel keyrings (a seccomp filter: keyrings have no namespace, so they would join all sandboxes); when its
 first process exits the PID namespace ends and everything it started dies (daemons included). `hide`: paths
@@ -90,8 +91,9 @@ def _under(path, dirs):
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True):
+def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=()):
     """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir.
+    mounts: (host dir, where the sandbox sees it, writable) - a Harbor task's WORKDIR, /tests, /logs/verifier.
     network=False: its own network namespace (loopback only) - for verifiers and oracles, which need none:
     a grader running the agent's code must not pass the hidden tests to a sibling rollout still running."""
     # --cap-drop ALL: run as root, bwrap would keep every capability (remount /usr read-write, lift a mask);
@@ -128,9 +130,14 @@ def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True):
         shown.append(t)
     for d in writable:
         args += ["--bind", str(d), str(d)]
+    for src, dst, rw in mounts:         # last, and over nothing shown (it would hide what lies under dst)
+        over = [p for p in [*shown, *map(str, writable)] if _under(p, [str(dst)])]
+        if over or not os.path.isabs(dst):
+            raise ValueError(f"sandbox: cannot mount {src} at {dst}: {over[0] if over else 'not absolute'} is there")
+        args += ["--bind" if rw else "--ro-bind", str(src), str(dst)]
     # bwrap copies the modes of the host dirs above a mount point (/root and pytest's dirs are 0700): let
     # nobody pass through them (they hold nothing but the way to the mount)
-    parents = {str(a) for d in [*writable, *tools] for a in Path(d).parents
+    parents = {str(a) for d in [*writable, *tools, *(m[1] for m in mounts)] for a in Path(d).parents
                if str(a) != "/" and not _under(str(a), shown + [str(w) for w in writable])}
     for a in sorted(parents):
         args += ["--chmod", "0755", a]

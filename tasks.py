@@ -1,36 +1,24 @@
-"""Tasks: Harbor-layout task directories, loading, the verifier run, the six checks, the holdout split.
+"""Tasks: Harbor-layout task directories, loading, the six checks, the holdout split.
 
 A task is a directory in Harbor's layout (so a SmolDataEnvs-harbor or Repo2RLEnv export loads too):
 
     instruction.md   the prompt            task.toml   Harbor's schema 1.4: [task] name ("org/name"; the
-    environment/     the agent's files                 task's name here is the part after "/"), [metadata]
+    environment/     the agent's files (+ Dockerfile)  task's name here is the part after "/"), [metadata]
     tests/test.sh    the verifier (+ helpers)          source/type/difficulty, [agent] / [verifier] timeout_sec,
     solution/solve.sh  the oracle                      [verifier] env, [environment] network_mode /
                                                        allowed_hosts (older: allow_internet), [guard] allowances
 
 The generators write what Harbor 0.25 reads without a warning (tests/test_tasks.py loads every shipped task
 with Harbor's own `Task` model). What only a container backend honours is refused with one line naming the
-key ([[steps]], a non-linux os, docker_image, gpus, tpu, mcp_servers, healthcheck). The network is the guard's
+key ([[steps]], a non-linux os, docker_image, gpus, tpu, mcp_servers, healthcheck, a separate verifier
+container) or the Dockerfile's line (taskenv.py). The network is the guard's
 hosts rule whatever network_mode says; an "allowlist" task's allowed_hosts are allowed. Suites: suites.py.
 
 `[guard]` (ours, optional): `allow_rules` (guard rule ids the task legitimately triggers), `allow_paths`
 (globs of paths the guard must not treat as oracle/test/reward files), `allow_hosts` (hosts the task may
 reach; `[environment] allowed_hosts` is merged in).
 
-Running a verifier (`verify`): Harbor mounts /tests, /logs/verifier and the agent's work dir into a
-container; here they are directories passed to `bash tests/test.sh` as environment variables:
-
-    WORKDIR       the agent's work dir (also the script's cwd)
-    TESTS_DIR     a fresh copy of the task's tests/, made only now, after the agent phase, outside WORKDIR
-    LOGS_DIR      where the script writes reward.json (a dict of named floats; wins) or reward.txt (one
-                  float); stale reward files are deleted first. Score = reward.json's "reward" key, else
-                  the mean of its values, else reward.txt. The script's output goes to LOGS_DIR/test-stdout.txt.
-    AGENT_OUTPUT  a file holding the agent's final message ("" if none), for tasks graded on the reply
-    SOLUTION_DIR  (oracle runs only) a copy of solution/, for solve.sh
-
-The script runs in its own process group with the task's verifier timeout; on timeout the whole group is
-killed. A score outside [0, 1], no reward file, a timeout or a crash before writing one -> score None
-("ungraded", with the reason): the verifier failed, not the agent.
+Running a task (materialize, the oracle, the verifier; the container's paths under bubblewrap): taskenv.py.
 
 The six checks (`check_task`, `python tasks.py check DIR`): 1 schema and files, 2 the environment
 materialises (no links out of it), 3 the oracle scores 1, 4 degenerate attempts (no-op, deleting the work
@@ -43,10 +31,8 @@ out, by a rule the caller passes (train.py's HOLDOUT table: the recipe's 40 repo
 source has at least twice that many, else 15 %). A run records the manifest, rule and numbers included;
 passing it back to `load_tasks(manifest=...)` reproduces it.
 
-Left out: containers (Docker files in environment/ are not copied; a Harbor test.sh that hard-codes
-/tests, /logs/verifier or /app must use the variables above), [environment] cpu/memory limits, network
-isolation (the guard's hosts rule), the ladder's last SmolDataEnvs step (symbolic equivalence), and
-leakage of answers shorter than 12 characters (indistinguishable from ordinary data).
+Left out: what only a container backend honours (taskenv.py), the ladder's last SmolDataEnvs step (symbolic
+equivalence), and leakage of answers shorter than 12 characters (indistinguishable from ordinary data).
 """
 from __future__ import annotations
 
@@ -66,11 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sandbox as SB
+import taskenv as E
 from guard import RULES
 from suites import SUITES, TaskError, resolve_suites, task_dirs
 
 GUARD_RULES = RULES                           # the rule ids a task's [guard] allow_rules may name
-DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
 CHECKS = {1: "schema", 2: "materialize", 3: "oracle", 4: "degenerate", 5: "deterministic", 6: "leakage"}
 
 
@@ -87,16 +73,7 @@ class Task:
     guard: dict = field(default_factory=lambda: {"allow_rules": [], "allow_paths": [], "allow_hosts": []})
     tags: list = field(default_factory=list)
     config: dict = field(default_factory=dict)   # the whole task.toml
-
-
-@dataclass
-class Result:
-    score: float | None          # in [0, 1]; None = ungraded (the verifier itself failed)
-    reason: str
-    rewards: dict = field(default_factory=dict)  # reward.json's named floats, or {"reward": x}
-    returncode: int | None = None
-    seconds: float = 0.0
-    output: str = ""             # tail of the script's stdout + stderr
+    container: E.Container = field(default_factory=E.Container)   # environment/Dockerfile, as honoured
 
 
 @dataclass
@@ -151,9 +128,8 @@ def load_task(path) -> Task:
     if unknown:
         raise TaskError(f"{toml_path}: [guard] has unknown keys {unknown}")
     guard["allow_hosts"] += [h for h in env.get("allowed_hosts", []) if h not in guard["allow_hosts"]]
-    venv = table("verifier").get("env", {})
-    if not isinstance(venv, dict) or not all(isinstance(v, (str, int, float, bool)) for v in venv.values()):
-        raise TaskError(f"{toml_path}: [verifier] env must be a table of strings, got {venv!r}")
+    for key in ("verifier", "solution"):        # checked now (a ${VAR} not set here too), read when they run
+        E.resolve_env(table(key).get("env", {}), f"{toml_path}: [{key}] env")
     suite = path.parent.name
     return Task(
         name=str(table("task").get("name") or path.name).rsplit("/", 1)[-1],     # Harbor's org/name: the name
@@ -167,6 +143,7 @@ def load_task(path) -> Task:
         guard=guard,
         tags=list(meta.get("tags", [])),
         config=cfg,
+        container=E.container(path, cfg),
     )
 
 
@@ -179,6 +156,10 @@ def _cannot_honour(cfg, env):
         return f"[environment] os = {env['os']!r}: only linux tasks run here"
     if env.get("docker_image"):
         return f"[environment] docker_image = {env['docker_image']!r} needs a container engine; none runs here"
+    verifier = cfg.get("verifier") or {}
+    if verifier.get("environment_mode") == "separate" or verifier.get("environment"):
+        return ("[verifier] runs in a separate container (environment_mode = \"separate\" or [verifier.environment]): "
+                "needs a container backend; here the verifier shares the agent's environment (\"shared\")")
     for key in ("gpus", "tpu", "mcp_servers", "healthcheck"):
         if env.get(key):
             return f"[environment] {key} is not supported here (no container backend: see tasks.py's docstring)"
@@ -265,141 +246,6 @@ def split_manifest(tasks, rule, seed) -> dict:
             "counts": counts, "eval": sorted(held), "train": sorted(t.name for t in tasks if t.name not in held)}
 
 
-# ----------------------------------------------------------------------------- running
-
-def materialize(task, workdir) -> Path:
-    """Copy the task's environment/ into a fresh (absent or empty) agent work dir; return it."""
-    workdir = Path(workdir)
-    if workdir.exists() and any(workdir.iterdir()):
-        raise FileExistsError(f"{workdir}: work dir not empty")
-    env = Path(task.path) / "environment"
-    workdir.mkdir(parents=True, exist_ok=True)
-    if env.is_dir():
-        shutil.copytree(env, workdir, symlinks=True, dirs_exist_ok=True,
-                        ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
-    return workdir
-
-
-def _base_env(home):
-    """A small, fixed environment; `python3` is this interpreter (no pyenv shim in between)."""
-    return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-
-
-def _run(argv, cwd, env, timeout, log_path):
-    """Run in a new process group; kill the whole group (and, under bwrap, the sandbox) on timeout and any
-    leftovers after exit, and wait until they are gone."""
-    t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        try:
-            p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, **SB.spawn_kw(argv))
-        finally:
-            SB.close_fds(argv)
-        try:
-            rc, timed_out = p.wait(timeout=timeout), False
-        except subprocess.TimeoutExpired:
-            rc, timed_out = None, True
-        finally:
-            SB.wait_dead(SB.kill(p.pid))
-            p.wait()
-    try:          # the sandboxed script could have swapped its log for a link or a FIFO
-        out = SB.read_untrusted(log_path, 4000, tail=True).decode(errors="replace")
-    except (OSError, ValueError) as e:
-        out = f"(output unreadable: {type(e).__name__})"
-    return rc, timed_out, out, time.monotonic() - t0
-
-
-def run_oracle(task, workdir, timeout=None, sandbox="dir"):
-    """Run solution/solve.sh in workdir (cwd), SOLUTION_DIR = a copy of solution/. -> (rc, output).
-    sandbox="bwrap": it sees only the work dir and its own home (writable), the copy and the tools - a bad
-    oracle cannot damage the suite (its own tests/ included) or anything else."""
-    with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-") as tmp:
-        sol, home = Path(tmp) / "solution", Path(tmp) / "home"
-        shutil.copytree(Path(task.path) / "solution", sol)
-        home.mkdir()
-        workdir = Path(workdir).resolve()
-        env = _base_env(home) | {"SOLUTION_DIR": str(sol), "WORKDIR": str(workdir)}
-        argv = ["bash", str(sol / "solve.sh")]
-        if sandbox == "bwrap":
-            SB.own(workdir, home)
-            argv = SB.bwrap_args([workdir, home], SB.tool_paths([sol]),
-                                 SB.private_paths(Path(task.path).resolve().parent), network=False) + argv
-        rc, timed_out, out, _ = _run(argv, workdir, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
-    return (None if timed_out else rc), out
-
-
-def read_reward(logs_dir):
-    """(score, rewards, reason) from reward.json (wins) or reward.txt; score None if absent or invalid."""
-    logs_dir = Path(logs_dir)
-    js, txt = logs_dir / "reward.json", logs_dir / "reward.txt"
-    # written by the task's script, which runs the agent's code: read as untrusted (no link, no FIFO, 64 KiB),
-    # and its content never quoted back at length
-    read = lambda f: SB.read_untrusted(f).decode()      # noqa: E731
-    try:
-        if os.path.lexists(js):
-            text = read(js)
-            data = json.loads(text)
-            if isinstance(data, (int, float)) and not isinstance(data, bool):
-                data = {"reward": data}
-            if not isinstance(data, dict) or not data or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
-                return None, {}, f"reward.json is not a dict of named floats: {text[:80]!r}"
-            rewards = {k: float(v) for k, v in data.items()}
-            score, how = (rewards["reward"], "reward") if "reward" in rewards else \
-                (sum(rewards.values()) / len(rewards), "mean")
-            src = f"reward.json ({how})"
-        elif os.path.lexists(txt):
-            score, src = float(read(txt).strip()[:64]), "reward.txt"
-            rewards = {"reward": score}
-        else:
-            return None, {}, "the verifier wrote no reward file"
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return None, {}, f"unreadable reward file: {type(e).__name__}: {str(e)[:80]}"
-    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
-        return None, rewards, f"{src}: score {score} outside [0, 1]"
-    return score, rewards, f"{src}: {score:g}"
-
-
-def verify(task, workdir, timeout=None, logs_dir=None, agent_output=None, sandbox="dir", hide=()) -> Result:
-    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top).
-    sandbox="bwrap": test.sh runs in a sandbox (sandbox.py) that shows only the work dir, the logs dir and
-    its own home (writable), the tests copy, the agent's output and the tools (read-only), with no network -
-    the tests import the agent's code, which must not reach the suite, other rollouts (`hide`: their root)
-    or the machine, nor outlive the run. What it leaves in the logs dir is read as untrusted."""
-    workdir = Path(workdir).resolve()
-    with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:
-        tmp = Path(tmp)
-        tests, logs = tmp / "tests", Path(logs_dir).resolve() if logs_dir else tmp / "logs"
-        shutil.copytree(Path(task.path) / "tests", tests)
-        logs.mkdir(parents=True, exist_ok=True)
-        for stale in ("reward.txt", "reward.json"):
-            (logs / stale).unlink(missing_ok=True)
-        (tmp / "agent_output.txt").write_text(agent_output or "")
-        (tmp / "home").mkdir()
-        task_env = {str(k): str(v) for k, v in task.config.get("verifier", {}).get("env", {}).items()}
-        env = _base_env(tmp / "home") | task_env | {
-            "WORKDIR": str(workdir), "TESTS_DIR": str(tests), "LOGS_DIR": str(logs),
-            "AGENT_OUTPUT": str(tmp / "agent_output.txt")}
-        workdir.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
-        t = timeout or task.verifier_timeout
-        argv = ["bash", str(tests / "test.sh")]
-        if sandbox == "bwrap":
-            SB.own(workdir, logs, tmp / "home")
-            argv = SB.bwrap_args([workdir, logs, tmp / "home"], SB.tool_paths([tests, tmp / "agent_output.txt"]),
-                                 SB.private_paths(Path(task.path).resolve().parent, *hide), network=False) + argv
-        elif sandbox != "dir":
-            raise ValueError(f"verify: sandbox must be 'bwrap' or 'dir', got {sandbox!r}")
-        rc, timed_out, out, secs = _run(argv, workdir, env, t, logs / "test-stdout.txt")
-        if timed_out:
-            return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
-        score, rewards, reason = read_reward(logs)
-        if score is None:
-            reason += f" (exit code {rc})"
-        return Result(score, reason, rewards, rc, secs, out)
-
-
 # ----------------------------------------------------------------------------- the six checks
 
 STOP_PREFIXES = ("import ", "from ", "#", "def ", "class ", "@", "if __name__", "set -", "cd ")
@@ -461,6 +307,18 @@ def _leaks(task, before, after):
     return problems
 
 
+def _expected(task):
+    """The files a fresh work dir should hold: environment/'s (Docker's own left out), or what the Dockerfile COPYs."""
+    env = task.path / "environment"
+    if not task.container.dockerfile:
+        return {rel for rel in _files(env) if rel not in E.DOCKER_FILES}
+    out = set()
+    for src, rel in task.container.copies:
+        files = {r for r in _files(src) if src != env or r not in E.DOCKER_FILES} if src.is_dir() else {""}
+        out |= {os.path.normpath(os.path.join(rel, r)) for r in files}
+    return out
+
+
 def check_task(task_dir, sandbox="dir") -> list[Failure]:
     """Run the six checks on one task directory; [] when it passes. Anything that goes wrong inside a check
     (a broken task, an oracle that deletes its tests) is that check's failure, with the message - never an
@@ -485,6 +343,9 @@ def _check_task(task_dir, sandbox, stage):
         fail(1, f"{task.path / 'solution' / 'solve.sh'}: missing (the checks need an oracle)")
     if not (task.path / "environment").is_dir():
         fail(1, f"{task.path / 'environment'}: missing (may be empty, must exist)")
+    if sandbox == "dir" and task.container.dockerfile:
+        fail(1, f"{task.container.dockerfile}: a container task is checked under --sandbox bwrap only (its scripts use "
+                f"{task.container.workdir}, /tests, /logs/verifier, /solution: mounts, which --sandbox dir cannot make)")
     if fails:
         return fails
     env = task.path / "environment"
@@ -497,33 +358,34 @@ def _check_task(task_dir, sandbox, stage):
         tmp = Path(tmp)
         stage[0] = 2
         try:
-            work = materialize(task, tmp / "oracle")
+            work = E.materialize(task, tmp / "oracle")
         except OSError as e:
             return [Failure(2, CHECKS[2], f"materialize failed: {e}")]
         env_files = _files(work)
-        expected = {rel for rel in _files(env) if rel not in DOCKER_FILES}
+        expected = _expected(task)
         if set(env_files) != expected:
-            fail(2, f"work dir differs from environment/: {sorted(set(env_files) ^ expected)[:5]}")
+            fail(2, f"work dir differs from what environment/ {'COPYs' if task.container.dockerfile else 'holds'}: "
+                    f"{sorted(set(env_files) ^ expected)[:5]}")
         stage[0] = 3
-        rc, out = run_oracle(task, work, sandbox=sandbox)
+        rc, out = E.run_oracle(task, work, sandbox=sandbox)
         after = _files(work)
         if rc != 0:
             fail(3, f"solve.sh {'timed out' if rc is None else f'exited {rc}'}: {out[-300:]}")
         def grade(w):
-            return verify(task, w, sandbox=sandbox)
+            return E.verify(task, w, sandbox=sandbox)
         first, second = grade(work), grade(work)
         if first.score is None or abs(first.score - 1.0) > 1e-9:
             fail(3, f"oracle scored {first.score}: {first.reason} {first.output[-300:]}".strip())
         if (first.score, first.rewards) != (second.score, second.rewards):
             fail(5, f"oracle work dir graded {first.score} then {second.score}")
         stage[0] = 4
-        noop = materialize(task, tmp / "noop")
+        noop = E.materialize(task, tmp / "noop")
         n1, n2 = grade(noop), grade(noop)
         if n1.score != 0.0:
             fail(4, f"no-op scored {n1.score}: {n1.reason}")
         if (n1.score, n1.rewards) != (n2.score, n2.rewards) and not any(f.check == 5 for f in fails):
             fail(5, f"no-op work dir graded {n1.score} then {n2.score}")
-        gone = materialize(task, tmp / "deleted")
+        gone = E.materialize(task, tmp / "deleted")
         for p in gone.iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         d = grade(gone)
@@ -573,7 +435,7 @@ def main(argv=None):
         return print(json.dumps(split_manifest(load_tasks(args.dir), HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
-    sandbox, warning = SB.resolve_sandbox(args.sandbox)
+    sandbox, warning = SB.resolve_sandbox(args.sandbox)     # a container task under dir: its check 1 says why
     if warning:
         print(warning.replace("rollouts run", "oracles and verifiers run"), file=sys.stderr)
     report = check_tasks(dirs, args.workers, sandbox)

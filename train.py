@@ -54,10 +54,10 @@ import lora as L
 import parallel as P
 import rollout as R
 import rundir as RD
-import sandbox as SB
 import serve as S
 import servers as SV
 import tasks as T
+import taskenv as E
 import trackers
 import warmstart as W
 
@@ -462,7 +462,7 @@ async def run(cfg, resume=False):
     (run_dir / "split.json").write_text(json.dumps(split, indent=1))
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
-    sandbox, warning = SB.resolve_sandbox(cfg.get("sandbox") or "auto")     # before a server starts: a refusal
+    sandbox, warning = E.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)    # before a server: a refusal
     if warning:                                                             # then leaves nothing running
         print(warning, file=sys.stderr, flush=True)
     if cfg.get("warm_start") and len(names) > 1:

@@ -97,3 +97,29 @@ def write_length_suite(root, n=3):
             'echo $s > "$LOGS_DIR/reward.txt"\n')
         (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
     return root
+
+
+def harbor_template_task(root, name="hello-harbor"):
+    """Harbor's own template task (harbor/cli/template-task in the harbor 0.25.0 wheel from PyPI), laid out as
+    `harbor task init --no-pytest` does and filled as a user would: an instruction, a tests/test.sh writing
+    /logs/verifier/reward.txt, a solution/solve.sh - Harbor's absolute paths (/app, /tests, /logs/verifier) and all."""
+    import shutil
+    from pathlib import Path
+
+    import harnesses as H
+    template = H.INSTALLS["harbor"].install(quiet=True) / "lib" / "harbor" / "cli" / "template-task"
+    d = Path(root) / name
+    d.mkdir(parents=True)
+    for part in ("instruction.md", ".gitignore", "task.toml"):
+        shutil.copyfile(template / part, d / part)
+    for part in ("environment", "tests", "solution"):
+        shutil.copytree(template / part, d / part)
+    with open(d / "task.toml", "a") as f:
+        f.write(f'\n[task]\nname = "acme/{name}"\n')
+    (d / "instruction.md").write_text("Write the product of 1234 and 5678 to /app/answer.txt.\n")
+    with open(d / "tests" / "test.sh", "a") as f:
+        f.write('\nif [ "$(cat /app/answer.txt)" = "7006652" ]; then echo 1 > /logs/verifier/reward.txt\n'
+                'else echo 0 > /logs/verifier/reward.txt; fi\n')
+    with open(d / "solution" / "solve.sh", "a") as f:
+        f.write("\necho $((1234 * 5678)) > /app/answer.txt\n")
+    return d

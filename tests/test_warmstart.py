@@ -22,7 +22,7 @@ import tasks as T
 import tiny
 import warmstart as W
 from chat import ChatFormat
-from conftest import generate
+from conftest import generate, harbor_template_task
 
 ROOT = Path(__file__).resolve().parent.parent
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
@@ -89,10 +89,11 @@ def _toy_tasks(tmp_path, names):
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
                                               ("pi", "opencode", "hermes")])
 def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tmp_path, name, lfm3):
-    """One task of each suite (and a wasteful oracle), the harness's own tool shapes, tokens recorded as the
-    target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
+    """One task of each suite and Harbor's own template task (and a wasteful oracle), the harness's own tool
+    shapes, tokens recorded as the target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
     harness = H.get_harness(name)
     tasks = [T.load_tasks(s)[0] for s in S.SUITES]           # HumanEval (built on first use) included
+    tasks.append(T.load_task(harbor_template_task(tmp_path)))  # Harbor's own template: /app, /tests, ... unchanged
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
     tasks.append(T.load_task(wrong))

@@ -1,0 +1,399 @@
+"""A task's environment, run: its work dir made from environment/, the oracle and the verifier run on it, and the
+paths of Harbor's container (WORKDIR, /tests, /logs/verifier, /solution) shown by the sandbox where Harbor puts them.
+
+    box = container(task_dir, cfg)          # environment/Dockerfile read as far as a sandbox can honour it
+    work = materialize(task, path)          # the agent's work dir
+    rc, out = run_oracle(task, work, sandbox="bwrap")
+    res = verify(task, work, agent_output=reply, sandbox="bwrap")       # Result(score, reason, rewards, ...)
+
+Harbor builds an image from environment/Dockerfile and runs the agent in its WORKDIR; the verifier (shared mode)
+then sees the agent's container with /tests and /logs/verifier added, the oracle /solution. Here the host's system
+stands in for the image, so a Dockerfile is honoured only as far as that is true: FROM (the image itself is not
+reproduced: its tools are the host's), WORKDIR, COPY of files in environment/ into the WORKDIR, ENV and LABEL.
+Anything else (RUN, USER, ADD, COPY --from, a COPY outside the WORKDIR) is refused at load with one line naming
+the Dockerfile's line. `[environment] workdir` overrides the Dockerfile's WORKDIR (default /app); `[environment]
+env` (Harbor's ${VAR} / ${VAR:-default} templates, read from our environment) and ENV reach the agent, the oracle
+and the verifier; `[verifier] env` the verifier, `[solution] env` the oracle.
+
+Under bubblewrap (sandbox.py) the work dir is mounted at the WORKDIR, the tests at /tests (read-only), the logs dir
+at /logs/verifier, the solution at /solution (read-only), so a Harbor task runs unchanged, absolute paths and all.
+A task without a Dockerfile (every task this project generates) keeps its work dir at its own path. The scripts
+also get the paths as variables: WORKDIR, TESTS_DIR, LOGS_DIR, SOLUTION_DIR (oracle only) and AGENT_OUTPUT (a
+file holding the agent's final message, for tasks graded on the reply). Under `--sandbox dir` nothing is mounted:
+a task with a Dockerfile is refused there (`resolve_sandbox`), since its scripts' absolute paths cannot exist.
+
+The reward, as Harbor reads it: reward.json (a dict of named numbers; wins) or reward.txt (one number) in the logs
+dir; stale ones are deleted first. Score = reward.json's "reward" key, else the mean of its values, else
+reward.txt. A score outside [0, 1], no reward file, a timeout or a crash before writing one -> score None
+("ungraded", with the reason): the verifier failed, not the agent. The script runs in its own process group with
+the task's verifier timeout; on timeout the whole group is killed.
+
+Left out: building images (no container engine here: a container backend would add RUN, services, other users,
+the image's own tools and libraries, docker-compose sidecars and the `separate` verifier mode, whose fresh
+verifier container is refused at load), [environment] cpu/memory limits, network namespaces (the guard's hosts rule).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sandbox as SB
+from suites import TaskError
+
+DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
+HARBOR_PATHS = {"tests": "/tests", "logs": "/logs/verifier", "solution": "/solution"}
+DEFAULT_WORKDIR = "/app"
+HONOURED = ("FROM", "WORKDIR", "COPY", "ENV", "LABEL")
+OURS = ("HOME", "PATH", "TMPDIR")           # the sandbox's: a task's env does not override them
+_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
+
+
+@dataclass
+class Container:
+    """What environment/Dockerfile and task.toml say about the container, as far as a sandbox honours it."""
+    dockerfile: Path | None = None       # None: not a container task (the work dir keeps its own path)
+    workdir: str | None = None           # where the work dir is mounted
+    copies: list = field(default_factory=list)     # (source under environment/, destination relative to workdir)
+    env: dict = field(default_factory=dict)        # ENV + [environment] env
+
+
+@dataclass
+class Result:
+    score: float | None          # in [0, 1]; None = ungraded (the verifier itself failed)
+    reason: str
+    rewards: dict = field(default_factory=dict)  # reward.json's named floats, or {"reward": x}
+    returncode: int | None = None
+    seconds: float = 0.0
+    output: str = ""             # tail of the script's stdout + stderr
+
+
+# ----------------------------------------------------------------------------- the Dockerfile
+
+def _lines(text):
+    """(first line number, instruction line) with continuations joined and comments dropped."""
+    out, buf, start = [], "", None
+    for i, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not buf and (not s or s.startswith("#")):
+            continue
+        if buf and s.startswith("#"):
+            continue
+        start = start or i
+        if s.endswith("\\"):
+            buf += s[:-1] + " "
+            continue
+        out.append((start, buf + s))
+        buf, start = "", None
+    if buf:
+        out.append((start, buf.strip()))
+    return out
+
+
+def _words(args):
+    """An instruction's arguments: the JSON array form or whitespace-separated words."""
+    if args.startswith("["):
+        try:
+            words = json.loads(args)
+        except json.JSONDecodeError:
+            words = None
+        if isinstance(words, list) and all(isinstance(w, str) for w in words):
+            return words
+    return args.split()
+
+
+def _inside(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def container(task_dir, cfg) -> Container:
+    """environment/Dockerfile and task.toml's [environment] -> Container. Raises TaskError naming the file and line."""
+    task_dir = Path(task_dir)
+    env_cfg, ctx = cfg.get("environment") or {}, task_dir / "environment"
+    df = ctx / "Dockerfile"
+    box = Container()
+    box.env = resolve_env(env_cfg.get("env") or {}, f"{task_dir / 'task.toml'}: [environment] env")
+    if not df.is_file():
+        if env_cfg.get("workdir"):
+            raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir without environment/Dockerfile: "
+                            "a task with no container keeps its work dir at its own path")
+        return box
+    box.dockerfile, wd, copies, env, seen_from = df, "/", [], {}, False
+    try:
+        text = df.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"{df}: unreadable: {e}") from None
+    for n, line in _lines(text):
+        op, _, args = line.partition(" ")
+        op, args, where = op.upper(), args.strip(), f"{df} line {n}"
+        if op not in HONOURED:
+            raise TaskError(f"{where}: {line[:80]!r} needs a container backend (none runs here); a sandbox honours "
+                            f"only {', '.join(HONOURED)} (COPY of environment/ files into the WORKDIR)")
+        if op == "FROM" and (seen_from or " as " in f" {args.lower()} "):
+            raise TaskError(f"{where}: {line[:80]!r}: a multi-stage build needs a container backend (none runs here)")
+        seen_from = seen_from or op == "FROM"
+        if op == "WORKDIR":
+            if "$" in args or not args:
+                raise TaskError(f"{where}: WORKDIR {args!r}: variables are not expanded here")
+            wd = posixpath.normpath(posixpath.join(wd, args))
+        elif op == "ENV":
+            env |= _env_words(args, where)
+        elif op == "COPY":
+            words = _words(args)
+            flags = [w for w in words if w.startswith("--")]
+            bad = [f for f in flags if not f.startswith(("--chown=", "--chmod=", "--link"))]
+            if bad or len(words) - len(flags) < 2:
+                raise TaskError(f"{where}: COPY {args[:60]!r}: " + (f"{bad[0].split('=')[0]} needs a container backend"
+                                                                     if bad else "needs a source and a destination"))
+            *srcs, dst = [w for w in words if not w.startswith("--")]
+            dst_abs = posixpath.normpath(posixpath.join(wd, dst))
+            into = dst.endswith("/") or len(srcs) > 1
+            for s in srcs:
+                found = sorted(ctx.glob(s.lstrip("/"))) if any(c in s for c in "*?[") else [ctx / s.lstrip("/")]
+                found = [p for p in found if p.exists() and p.resolve().is_relative_to(ctx.resolve())
+                         and p.name not in DOCKER_FILES]
+                if not found:
+                    raise TaskError(f"{where}: COPY source {s!r} is not a file in environment/")
+                for p in found:        # a dir's contents go into dst; a file is dst, or goes into it
+                    into_dir = p.is_file() and (into or len(found) > 1)
+                    copies.append((p, posixpath.join(dst_abs, p.name) if into_dir else dst_abs, n))
+    box.workdir = posixpath.normpath(str(env_cfg.get("workdir") or (wd if wd != "/" else DEFAULT_WORKDIR)))
+    if why := _bad_workdir(box.workdir):
+        raise TaskError(f"{df}: WORKDIR {box.workdir}: {why}")
+    for p, dest, n in copies:
+        if not _inside(dest, box.workdir):
+            raise TaskError(f"{df} line {n}: COPY to {dest} lies outside the WORKDIR {box.workdir}: only the work "
+                            "dir is mounted here (a container backend would put it in the image)")
+        box.copies.append((p, posixpath.relpath(dest, box.workdir)))
+    box.env = env | box.env
+    return box
+
+
+def _bad_workdir(wd):
+    if not wd.startswith("/") or wd in ("/", "/tmp"):
+        return "must be an absolute dir other than / and /tmp"
+    for d in (*SB.SYSTEM_DIRS, "/proc", "/dev", "/sys", "/logs", *HARBOR_PATHS.values()):
+        if _inside(wd, d):
+            return f"lies in {d}, which the sandbox shows from the host (or Harbor keeps for itself)"
+    return None
+
+
+def _env_words(args, where):
+    try:
+        words = shlex.split(args)
+    except ValueError as e:
+        raise TaskError(f"{where}: ENV {args[:60]!r}: {e}") from None
+    pairs = dict(w.split("=", 1) for w in words) if words and all("=" in w for w in words) else \
+        {words[0]: " ".join(words[1:])} if len(words) >= 2 else None
+    if not pairs or any("$" in v for v in pairs.values()):
+        raise TaskError(f"{where}: ENV {args[:60]!r}: expected KEY=value pairs without variables")
+    return pairs
+
+
+def resolve_env(table, where):
+    """Harbor's env tables: literal strings or ${VAR} / ${VAR:-default}, read from our environment."""
+    if not isinstance(table, dict) or not all(isinstance(v, (str, int, float, bool)) for v in table.values()):
+        raise TaskError(f"{where} must be a table of strings, got {table!r}")
+    out = {}
+    for k, v in table.items():
+        m = _TEMPLATE.fullmatch(str(v))
+        if m and m.group(1) not in os.environ and m.group(2) is None:
+            raise TaskError(f"{where}: {k} = {v!r}: {m.group(1)} is not set in this environment")
+        out[str(k)] = (os.environ.get(m.group(1), m.group(2)) if m else str(v))
+    return out
+
+
+def resolve_sandbox(mode, tasks):
+    """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task."""
+    sandbox, warning = SB.resolve_sandbox(mode)
+    boxed = [t.name for t in tasks if t.container.dockerfile]
+    tools = SB.tool_paths()
+    for t in tasks:          # a WORKDIR mounted over this Python or node would hide them (a harness's: at its run)
+        hidden = [p for p in tools if t.container.workdir and _inside(p, t.container.workdir)]
+        if sandbox == "bwrap" and hidden:
+            raise TaskError(f"{t.container.dockerfile}: WORKDIR {t.container.workdir} holds {hidden[0]}, which "
+                            "every sandbox shows (this Python, node): mounted there, the work dir would hide it")
+    if sandbox == "dir" and boxed:
+        raise TaskError(f"{len(boxed)} task(s) ({', '.join(boxed[:3])}{', ...' if len(boxed) > 3 else ''}) come "
+                        f"with environment/Dockerfile: their scripts use the container's paths (the WORKDIR, /tests, "
+                        f"/logs/verifier, /solution), which only --sandbox bwrap mounts; --sandbox dir mounts nothing"
+                        + (f" ({warning.split(';')[0]})" if warning else ""))
+    return sandbox, warning
+
+
+def refuse_dir(task, sandbox):
+    if sandbox == "dir" and task.container.dockerfile:
+        raise TaskError(f"{task.container.dockerfile}: a container task runs under --sandbox bwrap only (its WORKDIR "
+                        f"{task.container.workdir}, /tests, /logs/verifier and /solution are mounts)")
+    if sandbox not in ("bwrap", "dir"):
+        raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
+
+
+def workdir(task, work) -> str:
+    """Where the agent sees its work dir: the container's WORKDIR, or its own path."""
+    return task.container.workdir or str(Path(work).resolve())
+
+
+def task_env(task, extra=None):
+    """The task's environment variables for a script or the agent (ENV, [environment] env, then `extra`)."""
+    return {k: v for k, v in (task.container.env | (extra or {})).items() if k not in OURS}
+
+
+# ----------------------------------------------------------------------------- running
+
+def materialize(task, work) -> Path:
+    """A fresh (absent or empty) agent work dir: environment/'s files (a task without a Dockerfile; Docker's own
+    files left out) or what the Dockerfile COPYs into its WORKDIR."""
+    work = Path(work)
+    if work.exists() and any(work.iterdir()):
+        raise FileExistsError(f"{work}: work dir not empty")
+    env = Path(task.path) / "environment"
+    work.mkdir(parents=True, exist_ok=True)
+    if task.container.dockerfile:
+        for src, rel in task.container.copies:
+            dst = work / rel
+            if src.is_dir():            # Docker's own files at the top of environment/ are left out, as always
+                shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True,
+                                ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    elif env.is_dir():
+        shutil.copytree(env, work, symlinks=True, dirs_exist_ok=True,
+                        ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
+    return work
+
+
+def base_env(home):
+    """A small, fixed environment; `python3` is this interpreter (no pyenv shim in between)."""
+    return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+def _run(argv, cwd, env, timeout, log_path):
+    """Run in a new process group; kill the whole group (and, under bwrap, the sandbox) on timeout and any
+    leftovers after exit, and wait until they are gone."""
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        try:
+            p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, **SB.spawn_kw(argv))
+        finally:
+            SB.close_fds(argv)
+        try:
+            rc, timed_out = p.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            rc, timed_out = None, True
+        finally:
+            SB.wait_dead(SB.kill(p.pid))
+            p.wait()
+    try:          # the sandboxed script could have swapped its log for a link or a FIFO
+        out = SB.read_untrusted(log_path, 4000, tail=True).decode(errors="replace")
+    except (OSError, ValueError) as e:
+        out = f"(output unreadable: {type(e).__name__})"
+    return rc, timed_out, out, time.monotonic() - t0
+
+
+def run_oracle(task, work, timeout=None, sandbox="dir"):
+    """Run solution/solve.sh in the work dir (cwd), the solution's copy at SOLUTION_DIR. -> (rc, output).
+    sandbox="bwrap": it sees only the work dir and its own home (writable), /solution and the tools - a bad
+    oracle cannot damage the suite (its own tests/ included) or anything else."""
+    refuse_dir(task, sandbox)
+    with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-") as tmp:
+        sol, home = Path(tmp) / "solution", Path(tmp) / "home"
+        shutil.copytree(Path(task.path) / "solution", sol)
+        home.mkdir()
+        work, wd = Path(work).resolve(), workdir(task, work)
+        at = HARBOR_PATHS["solution"] if sandbox == "bwrap" else str(sol)
+        extra = resolve_env(task.config.get("solution", {}).get("env", {}), f"{task.path}/task.toml: [solution] env")
+        env = base_env(home) | task_env(task, extra) | {"SOLUTION_DIR": at, "WORKDIR": wd}
+        argv = ["bash", f"{at}/solve.sh"]
+        if sandbox == "bwrap":
+            SB.own(work, home)
+            argv = SB.bwrap_args([home], SB.tool_paths(), SB.private_paths(Path(task.path).resolve().parent),
+                                 chdir=wd, network=False, mounts=[(work, wd, True), (sol, at, False)]) + argv
+        rc, timed_out, out, _ = _run(argv, work, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
+    return (None if timed_out else rc), out
+
+
+def read_reward(logs_dir):
+    """(score, rewards, reason) from reward.json (wins) or reward.txt; score None if absent or invalid."""
+    logs_dir = Path(logs_dir)
+    js, txt = logs_dir / "reward.json", logs_dir / "reward.txt"
+    # written by the task's script, which runs the agent's code: read as untrusted (no link, no FIFO, 64 KiB),
+    # and its content never quoted back at length
+    read = lambda f: SB.read_untrusted(f).decode()      # noqa: E731
+    try:
+        if os.path.lexists(js):
+            text = read(js)
+            data = json.loads(text)
+            if isinstance(data, (int, float)) and not isinstance(data, bool):
+                data = {"reward": data}
+            if not isinstance(data, dict) or not data or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+                return None, {}, f"reward.json is not a dict of named floats: {text[:80]!r}"
+            rewards = {k: float(v) for k, v in data.items()}
+            score, how = (rewards["reward"], "reward") if "reward" in rewards else \
+                (sum(rewards.values()) / len(rewards), "mean")
+            src = f"reward.json ({how})"
+        elif os.path.lexists(txt):
+            score, src = float(read(txt).strip()[:64]), "reward.txt"
+            rewards = {"reward": score}
+        else:
+            return None, {}, "the verifier wrote no reward file"
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return None, {}, f"unreadable reward file: {type(e).__name__}: {str(e)[:80]}"
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        return None, rewards, f"{src}: score {score} outside [0, 1]"
+    return score, rewards, f"{src}: {score:g}"
+
+
+def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="dir", hide=()) -> Result:
+    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top).
+    sandbox="bwrap": test.sh runs in a sandbox (sandbox.py) that shows only the work dir, the logs dir and
+    its own home (writable), /tests, the agent's output and the tools (read-only), with no network - the tests
+    import the agent's code, which must not reach the suite, other rollouts (`hide`: their root) or the
+    machine, nor outlive the run. What it leaves in the logs dir is read as untrusted."""
+    refuse_dir(task, sandbox)
+    work = Path(work).resolve()
+    with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:
+        tmp = Path(tmp)
+        tests, logs = tmp / "tests", Path(logs_dir).resolve() if logs_dir else tmp / "logs"
+        shutil.copytree(Path(task.path) / "tests", tests)
+        logs.mkdir(parents=True, exist_ok=True)
+        for stale in ("reward.txt", "reward.json"):
+            (logs / stale).unlink(missing_ok=True)
+        (tmp / "agent_output.txt").write_text(agent_output or "")
+        (tmp / "home").mkdir()
+        boxed = sandbox == "bwrap"
+        at = {"tests": str(tests), "logs": str(logs)} if not boxed else HARBOR_PATHS
+        extra = resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
+        wd = workdir(task, work)
+        env = base_env(tmp / "home") | task_env(task, extra) | {
+            "WORKDIR": wd, "TESTS_DIR": at["tests"], "LOGS_DIR": at["logs"], "AGENT_OUTPUT": str(tmp / "agent_output.txt")}
+        work.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
+        t = timeout or task.verifier_timeout
+        argv = ["bash", f"{at['tests']}/test.sh"]
+        if boxed:
+            SB.own(work, logs, tmp / "home")
+            argv = SB.bwrap_args([tmp / "home"], SB.tool_paths([tmp / "agent_output.txt"]),
+                                 SB.private_paths(Path(task.path).resolve().parent, *hide), chdir=wd, network=False,
+                                 mounts=[(work, wd, True), (tests, at["tests"], False), (logs, at["logs"], True)]) + argv
+        rc, timed_out, out, secs = _run(argv, work, env, t, logs / "test-stdout.txt")
+        if timed_out:
+            return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
+        score, rewards, reason = read_reward(logs)
+        if score is None:
+            reason += f" (exit code {rc})"
+        return Result(score, reason, rewards, rc, secs, out)
