@@ -20,14 +20,18 @@ trainer's event loop never waits on the disk, its executor stays free), and once
 last complete line on (a half-written last line waits for the next poll), rollout files once per (mtime,
 size). NaN / Infinity in a file become null.
 
-Left out: authentication (it binds loopback by default; whoever reaches the port can read the run),
-push (websockets), rollouts older than the newest MAX_SCAN files of a run (the list, its counts and the
-by-rule chart cover those), pagination past MAX_LIMIT rows, editing or deleting anything.
+Every request needs the token in the URL it prints (fresh per start, as Jupyter's; the page then keeps it in an
+HttpOnly, SameSite=Strict cookie): reaching the port is not enough (a public task's agent, another user).
+
+Left out: accounts and TLS (it binds loopback by default), push (websockets), rollouts older than the newest
+MAX_SCAN files of a run (the list, its counts and the by-rule chart cover those), pagination past MAX_LIMIT rows,
+editing or deleting anything.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import json
 import math
 import os
@@ -45,6 +49,7 @@ MAX_SCAN = 5000                 # newest rollout files read per run (each holds 
 FILTERS = ("all", "blocked", "failed", "solved")
 REPORTS = ("report.html", "result.json", "report.md")     # what eval.py writes
 SKIP = {"rollouts", "adapters", "checkpoint", "checkpoint.tmp", "checkpoint.prev", "sandboxes"}   # big, no reports
+COOKIE = "harness_rl_token"
 PAGE_CSP = "default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -216,7 +221,7 @@ def detail(atif, rel):
 # ----------------------------------------------------------------------------- request checks
 
 def fail(status, msg):
-    raise {400: web.HTTPBadRequest, 404: web.HTTPNotFound}[status](text=json.dumps({"error": msg}),
+    raise {400: web.HTTPBadRequest, 403: web.HTTPForbidden, 404: web.HTTPNotFound}[status](text=json.dumps({"error": msg}),
                                                                    content_type="application/json")
 
 
@@ -252,16 +257,26 @@ def confine(root, base, rel, field):
 
 # ----------------------------------------------------------------------------- the app
 
-def make_app(run_dirs):
-    """The dashboard for these run directories (they may not exist yet: a run about to start)."""
+def make_app(run_dirs, token=None):
+    """The dashboard for these run directories (they may not exist yet: a run about to start). `token`: every request
+    carries it (?token=, the page's cookie, or `Authorization: token T`); None: open (endpoint tests only)."""
     runs = [Run(d) for d in run_dirs]
-    app = web.Application()
+
+    @web.middleware
+    async def auth(request, handler):
+        given = (request.query.get("token") or request.cookies.get(COOKIE)
+                 or request.headers.get("Authorization", "").removeprefix("token "))
+        if token and not hmac.compare_digest(given.encode(), token.encode()):
+            fail(403, "token: missing or wrong (the URL the dashboard printed carries it)")
+        response = await handler(request)
+        if token and request.query.get("token"):        # the page's own requests then carry it as a cookie
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
+        return response
+    app = web.Application(middlewares=[auth])
     # its own threads for the disk: inside train.py, the default executor runs the optimizer and the verifiers
     disk = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dashboard")
 
-    async def close(app):
-        disk.shutdown(wait=False, cancel_futures=True)
-    app.on_cleanup.append(close)
+    app.on_cleanup.append(lambda app: asyncio.to_thread(disk.shutdown, wait=False, cancel_futures=True))
 
     def off_loop(fn, *a):
         return asyncio.get_running_loop().run_in_executor(disk, fn, *a)
@@ -344,24 +359,21 @@ def make_app(run_dirs):
                             charset="utf-8", headers={"Content-Security-Policy": "default-src 'none'; "
                                                       "style-src 'unsafe-inline'; img-src data:"})
 
-    app.router.add_get("/", index)
-    app.router.add_get("/api/runs", api_runs)
-    app.router.add_get("/api/metrics", api_metrics)
-    app.router.add_get("/api/rollouts", api_rollouts)
-    app.router.add_get("/api/rollout", api_rollout)
-    app.router.add_get("/api/guard", api_guard)
-    app.router.add_get("/report", report)
+    for path, handler in (("/", index), ("/api/runs", api_runs), ("/api/metrics", api_metrics), ("/report", report),
+                          ("/api/rollouts", api_rollouts), ("/api/rollout", api_rollout), ("/api/guard", api_guard)):
+        app.router.add_get(path, handler)
     return app
 
 
-async def start(run_dirs, host="127.0.0.1", port=0):
-    """Serve the dashboard on the running event loop: (AppRunner, url). The caller ends it with
-    `await runner.cleanup()`. port 0 = any free port (the url says which)."""
-    runner = web.AppRunner(make_app(run_dirs), access_log=None, shutdown_timeout=1.0)
+async def start(run_dirs, host="127.0.0.1", port=0, token=None):
+    """Serve the dashboard on the running event loop: (AppRunner, url with ?token=, as Jupyter prints it). The
+    caller ends it with `await runner.cleanup()`. port 0 = any free port (the url says which); token: a fresh one."""
+    token = token or secrets.token_urlsafe(24)
+    runner = web.AppRunner(make_app(run_dirs, token), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     h, p = runner.addresses[0][:2]
-    return runner, f"http://{f'[{h}]' if ':' in h else h}:{p}/"
+    return runner, f"http://{f'[{h}]' if ':' in h else h}:{p}/?token={token}"
 
 
 def main(argv=None):
@@ -440,7 +452,6 @@ async function get(url) {
   if (!r.ok) throw new Error(d.error || r.status);
   return d;
 }
-
 // ---- charts: one SVG per metric; series = (run, key); color per key (or per run if one key), dash per run
 function chart(id, title, series, xlabel, empty = "no data yet") {
   const W = 360, H = 170, L = 46, R = 10, T = 22, B = 26, pts = series.flatMap(s => s.pts);
@@ -469,7 +480,6 @@ function chart(id, title, series, xlabel, empty = "no data yet") {
     `stroke-width="2" stroke-dasharray="${s.dash}"/></svg> ${esc(s.name)}</span>`).join("");
   return `<div class="card">${svg}</svg><div class="legend">${legend}</div></div>`;
 }
-
 function seriesOf(trainer, pick, zeros) {
   const out = [], runs = S.runs.filter(r => (S.lines[r.id] || []).some(m => m.harness === trainer));
   runs.forEach((run, ri) => {
@@ -482,7 +492,6 @@ function seriesOf(trainer, pick, zeros) {
   });
   return out;
 }
-
 function guardSeries(trainer) {        // blocked calls by rule, x = adapter version (ATIF folders)
   const out = [];
   S.runs.forEach((run, ri) => {
@@ -493,7 +502,6 @@ function guardSeries(trainer) {        // blocked calls by rule, x = adapter ver
   });
   return out;
 }
-
 function draw() {
   const trainers = [...new Set(S.runs.flatMap(r => (S.lines[r.id] || []).map(m => m.harness)))].sort();
   document.getElementById("panels").innerHTML = trainers.map(t =>
@@ -503,7 +511,6 @@ function draw() {
     `</div></section>`).join("")
     || `<p class="muted">no metrics yet (a step writes one line to metrics.jsonl when it ends)</p>`;
 }
-
 function drawRuns() {
   const keys = ["model", "harness", "loss", "lr", "rank", "steps", "sessions", "group_size", "token_budget", "suite",
                 "server", "seed"];
@@ -522,7 +529,6 @@ function drawRuns() {
     S.sel = sel.value || null;
   }
 }
-
 // ---- the rollout browser
 async function listRollouts() {
   if (!S.sel) return;
@@ -540,7 +546,6 @@ async function listRollouts() {
       `<td>${fmt(r.reward)}</td><td class="${r.score === 1 ? "good" : ""}">${fmt(r.score)}</td><td>${esc(r.tool_calls)}</td>` +
       `<td class="bad">${r.rules.map(esc).join(", ")}</td><td class="bad">${esc(r.failure)}</td></tr>`).join("");
 }
-
 async function openRollout(run, id) {
   S.open = [run, id];
   const d = await get(`api/rollout?run=${run}&id=${encodeURIComponent(id)}`), s = d.summary;
@@ -563,11 +568,9 @@ async function openRollout(run, id) {
   document.getElementById("detail").classList.remove("muted");
   for (const tr of document.querySelectorAll("tr.row")) tr.classList.toggle("sel", tr.dataset.id === id);
 }
-
 document.getElementById("rbsel").onchange = e => { S.sel = e.target.value; listRollouts(); };
 document.getElementById("rbf").onclick = e => { if (e.target.dataset.filter) { S.filter = e.target.dataset.filter; listRollouts(); } };
 document.getElementById("rblist").onclick = e => { const tr = e.target.closest("tr.row"); if (tr) openRollout(tr.dataset.run, tr.dataset.id); };
-
 // ---- polling: new metrics lines only; the runs list and guard counts less often
 async function poll() {
   try {

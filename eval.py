@@ -245,7 +245,7 @@ async def evaluate(args):
     for a in args.adapters:
         ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
-    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks)     # before a server starts: a refusal leaks nothing
+    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks, harness.sandbox_paths())   # before a server starts
     if warning:
         print(warning, file=sys.stderr, flush=True)
     proxies = []

@@ -58,7 +58,10 @@ DONE = "Done."
 # ----------------------------------------------------------------------------- what solves a task
 
 def _files(root):
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+    """rel path -> bytes of the regular files under root: never through a link (solve.sh, run sandboxed, could
+    leave one to a host file, which we would read as root and replay as a demonstration)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(Path(root).rglob("*"))
+            if p.is_file() and not p.is_symlink()}
 
 
 def _check_steps(steps, where):

@@ -21,9 +21,10 @@
   a group is put on the queue once all its rollouts are done, in order of completion. Each finished
   rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
 
-Left out: network isolation (the guard's hosts rule is the recipe's network policy; the inference server
-behind the shared loopback needs the key only the proxy holds), CPU/memory limits, containers,
-retries of failed rollouts (they are simply excluded), multi-node pools.
+A no-network task's agent gets its own network namespace: the proxy's Unix socket is bound in and relay.py serves it
+on the sandbox's own loopback, at the proxy's port. Left out: a firewall for public / allowlist tasks (they share the
+host's network; the guard's hosts rule is the recipe's network policy, and the inference server needs the key only
+the proxy holds), CPU/memory limits, containers, retries of failed rollouts (simply excluded), multi-node pools.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ from guard import Guard
 
 CONTEXT_ERROR = "maximum context length"
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
+RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harness-rl/proxy.sock"
 POLICY = "policy"
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
@@ -104,7 +107,7 @@ class Proxy:
     def __init__(self, client, adapter, sampling=None, timeout=600, guard=True):
         self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
         self.sampling = dict(sampling or {})
-        self.rollouts, self.url, self._runner = {}, None, None
+        self.rollouts, self.url, self._runner, self.socket = {}, None, None, None
         self.in_use = collections.Counter()     # adapter name -> requests in flight on the server
         self.overhead = collections.deque(maxlen=100000)   # seconds per request spent in the proxy itself
 
@@ -117,11 +120,17 @@ class Proxy:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.url = f"http://{host}:{self._runner.addresses[0][1]}"
+        # the way in for agents in their own network namespace (relay.py): a Unix socket bound into their sandbox
+        self.socket = os.path.join(tempfile.mkdtemp(prefix="harness-rl-proxy-"), "proxy.sock")
+        await web.UnixSite(self._runner, self.socket).start()
+        os.chmod(self.socket, 0o666)        # the sandbox's user connects to it (its dir stays 0700)
         return self.url
 
     async def stop(self):
         if self._runner:
             await self._runner.cleanup()
+        if self.socket:
+            shutil.rmtree(os.path.dirname(self.socket), ignore_errors=True)
 
     def base_url(self, rollout: Rollout):
         return f"{self.url}/r/{rollout.id}/v1"
@@ -307,15 +316,21 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
                         context=context)
         launch = harness.launch(r.task.instruction, home, work, tmp, r.id, POLICY)
-        argv, env = launch.argv, E.task_env(r.task) | dict(launch.env)
+        argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
         E.refuse_dir(r.task, sandbox)
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
-            argv = SB.bwrap_args([home, tmp], SB.tool_paths(harness.sandbox_paths()), hide, chdir=seen,
-                                 mounts=[(work, seen, True)]) + list(argv)
+            mounts, offline = [(work, seen, True)], E.offline(r.task) and proxy.socket
+            if offline:     # its own network namespace: the proxy's socket comes in, relay.py serves it on its port
+                mounts.append((proxy.socket, RELAY_SOCKET, True))
+                argv = [sys.executable, str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
+            argv = SB.bwrap_args([home, tmp], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
+                                 network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
+        else:
+            env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
         with open(box / "harness.log", "wb") as log:
             try:
                 proc = await asyncio.create_subprocess_exec(

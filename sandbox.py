@@ -26,8 +26,8 @@ the namespaces still apply).
 `resolve_sandbox("auto")`: bwrap where it works here (checked once, as it will run), else "dir" with a
 warning. "dir" is no isolation: the same user, no mounts, no PID namespace (see DIR_WARNING).
 
-Left out: network isolation (the harness must reach its proxy on loopback; the guard's hosts rule is the
-recipe's network policy), CPU / memory limits, seccomp rules beyond the keyrings, one uid per sandbox (they
+network=False gives the sandbox its own network namespace (loopback only; rollout.py brings the proxy in through
+relay.py). Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits, seccomp rules beyond the keyrings, one uid per sandbox (they
 share `nobody`, kept apart by mounts and PID namespaces), containers.
 """
 from __future__ import annotations
@@ -91,9 +91,11 @@ def _under(path, dirs):
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=()):
+def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=(), setenv=None):
     """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir.
     mounts: (host dir, where the sandbox sees it, writable) - a Harbor task's WORKDIR, /tests, /logs/verifier.
+    setenv: variables for the sandboxed command only, set after the drop to nobody (`env`): a task's own (ENV,
+    [environment] env) must never reach bwrap itself, which runs as root (LD_PRELOAD would run the task's code).
     network=False: its own network namespace (loopback only) - for verifiers and oracles, which need none:
     a grader running the agent's code must not pass the hidden tests to a sibling rollout still running."""
     # --cap-drop ALL: run as root, bwrap would keep every capability (remount /usr read-write, lift a mask);
@@ -103,7 +105,7 @@ def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=
     args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", *caps, "--dev", "/dev", "--proc", "/proc",
             "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
-            "--tmpfs", "/tmp"] + ([] if network else ["--unshare-net"])
+            "--perms", "1777", "--tmpfs", "/tmp"] + ([] if network else ["--unshare-net"])
     fd = _seccomp_fd()
     if fd is not None:
         args += ["--seccomp", str(fd)]              # passed by spawn_kw(argv), closed by close_fds(argv)
@@ -138,13 +140,15 @@ def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=
     # bwrap copies the modes of the host dirs above a mount point (/root and pytest's dirs are 0700): let
     # nobody pass through them (they hold nothing but the way to the mount)
     parents = {str(a) for d in [*writable, *tools, *(m[1] for m in mounts)] for a in Path(d).parents
-               if str(a) != "/" and not _under(str(a), shown + [str(w) for w in writable])}
+               if str(a) not in ("/", "/tmp") and not _under(str(a), shown + [str(w) for w in writable])}
     for a in sorted(parents):
         args += ["--chmod", "0755", a]
     args += ["--chdir", str(chdir or writable[0]), "--"]
     if root:
         args += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                  "--clear-groups", "--inh-caps=-all", "--"]
+    if setenv:
+        args += [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in setenv.items())]
     return args
 
 

@@ -30,10 +30,15 @@ def task_dirs(root) -> list[Path]:
             for t in task_dirs(d)]
 
 
+def cache_root() -> Path:
+    """$HARNESS_RL_CACHE, else ~/.cache/harness-rl: built suites, converted models, harness installs."""
+    return Path(os.path.expanduser(os.environ.get("HARNESS_RL_CACHE") or "~/.cache/harness-rl"))
+
+
 def built_suite(name) -> Path:
     """A BUILT suite, made on first use by its data/ generator into $HARNESS_RL_CACHE/suites/<name> (default
     ~/.cache/harness-rl), atomically: a build cut short leaves nothing half-made behind."""
-    out = Path(os.path.expanduser(os.environ.get("HARNESS_RL_CACHE") or "~/.cache/harness-rl")) / "suites" / name
+    out = cache_root() / "suites" / name
     if out.is_dir():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

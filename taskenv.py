@@ -49,14 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sandbox as SB
-from suites import TaskError
+from suites import TaskError, cache_root
 
 DOCKER_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"}
 HARBOR_PATHS = {"tests": "/tests", "logs": "/logs/verifier", "solution": "/solution"}
 DEFAULT_WORKDIR = "/app"
 HONOURED = ("FROM", "WORKDIR", "COPY", "ENV", "LABEL")
-OURS = ("HOME", "PATH", "TMPDIR")           # the sandbox's: a task's env does not override them
+OURS = ("HOME", "PATH", "TMPDIR", "WORKDIR", "TESTS_DIR", "LOGS_DIR", "SOLUTION_DIR", "AGENT_OUTPUT")  # not a task's
 _TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -128,24 +129,24 @@ def container(task_dir, cfg) -> Container:
             raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir without environment/Dockerfile: "
                             "a task with no container keeps its work dir at its own path")
         return box
-    box.dockerfile, wd, copies, env, seen_from = df, "/", [], {}, False
+    box.dockerfile, wd, copies, env, seen_from = df, None, [], {}, False
     try:
         text = df.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"{df}: unreadable: {e}") from None
     for n, line in _lines(text):
-        op, _, args = line.partition(" ")
+        op, args = (line.split(None, 1) + [""])[:2]
         op, args, where = op.upper(), args.strip(), f"{df} line {n}"
         if op not in HONOURED:
             raise TaskError(f"{where}: {line[:80]!r} needs a container backend (none runs here); a sandbox honours "
                             f"only {', '.join(HONOURED)} (COPY of environment/ files into the WORKDIR)")
-        if op == "FROM" and (seen_from or " as " in f" {args.lower()} "):
+        if op == "FROM" and seen_from:
             raise TaskError(f"{where}: {line[:80]!r}: a multi-stage build needs a container backend (none runs here)")
         seen_from = seen_from or op == "FROM"
         if op == "WORKDIR":
             if "$" in args or not args:
                 raise TaskError(f"{where}: WORKDIR {args!r}: variables are not expanded here")
-            wd = posixpath.normpath(posixpath.join(wd, args))
+            wd = posixpath.normpath(posixpath.join(wd or "/", args))
         elif op == "ENV":
             env |= _env_words(args, where)
         elif op == "COPY":
@@ -156,8 +157,8 @@ def container(task_dir, cfg) -> Container:
                 raise TaskError(f"{where}: COPY {args[:60]!r}: " + (f"{bad[0].split('=')[0]} needs a container backend"
                                                                      if bad else "needs a source and a destination"))
             *srcs, dst = [w for w in words if not w.startswith("--")]
-            dst_abs = posixpath.normpath(posixpath.join(wd, dst))
-            into = dst.endswith("/") or len(srcs) > 1
+            dst_abs = posixpath.normpath(posixpath.join(wd or "/", dst))
+            into = dst.endswith("/") or len(srcs) > 1 or dst_abs == (wd or "/")     # a dir that is there: into it
             for s in srcs:
                 found = sorted(ctx.glob(s.lstrip("/"))) if any(c in s for c in "*?[") else [ctx / s.lstrip("/")]
                 found = [p for p in found if p.exists() and p.resolve().is_relative_to(ctx.resolve())
@@ -167,9 +168,11 @@ def container(task_dir, cfg) -> Container:
                 for p in found:        # a dir's contents go into dst; a file is dst, or goes into it
                     into_dir = p.is_file() and (into or len(found) > 1)
                     copies.append((p, posixpath.join(dst_abs, p.name) if into_dir else dst_abs, n))
-    box.workdir = posixpath.normpath(str(env_cfg.get("workdir") or (wd if wd != "/" else DEFAULT_WORKDIR)))
+    if "workdir" in env_cfg and not (isinstance(env_cfg["workdir"], str) and env_cfg["workdir"]):
+        raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir must be a path, got {env_cfg['workdir']!r}")
+    box.workdir = posixpath.normpath(env_cfg.get("workdir") or wd or DEFAULT_WORKDIR)
     if why := _bad_workdir(box.workdir):
-        raise TaskError(f"{df}: WORKDIR {box.workdir}: {why}")
+        raise TaskError(f"{df}: WORKDIR {box.workdir[:200]!r}: {why}")
     for p, dest, n in copies:
         if not _inside(dest, box.workdir):
             raise TaskError(f"{df} line {n}: COPY to {dest} lies outside the WORKDIR {box.workdir}: only the work "
@@ -180,8 +183,8 @@ def container(task_dir, cfg) -> Container:
 
 
 def _bad_workdir(wd):
-    if not wd.startswith("/") or wd in ("/", "/tmp"):
-        return "must be an absolute dir other than / and /tmp"
+    if not wd.startswith("/") or wd in ("/", "/tmp") or len(wd) > 1024 or not wd.isprintable():
+        return "must be an absolute dir other than / and /tmp, printable, at most 1024 characters"
     for d in (*SB.SYSTEM_DIRS, "/proc", "/dev", "/sys", "/logs", *HARBOR_PATHS.values()):
         if _inside(wd, d):
             return f"lies in {d}, which the sandbox shows from the host (or Harbor keeps for itself)"
@@ -195,8 +198,8 @@ def _env_words(args, where):
         raise TaskError(f"{where}: ENV {args[:60]!r}: {e}") from None
     pairs = dict(w.split("=", 1) for w in words) if words and all("=" in w for w in words) else \
         {words[0]: " ".join(words[1:])} if len(words) >= 2 else None
-    if not pairs or any("$" in v for v in pairs.values()):
-        raise TaskError(f"{where}: ENV {args[:60]!r}: expected KEY=value pairs without variables")
+    if not pairs or any("$" in v or "\0" in v for v in pairs.values()) or not all(map(_NAME.fullmatch, pairs)):
+        raise TaskError(f"{where}: ENV {args[:60]!r}: expected NAME=value pairs without variables")
     return pairs
 
 
@@ -206,6 +209,8 @@ def resolve_env(table, where):
         raise TaskError(f"{where} must be a table of strings, got {table!r}")
     out = {}
     for k, v in table.items():
+        if not _NAME.fullmatch(str(k)) or "\0" in str(v):
+            raise TaskError(f"{where}: {str(k)[:60]!r} is not a variable name, or its value holds a NUL")
         m = _TEMPLATE.fullmatch(str(v))
         if m and m.group(1) not in os.environ and m.group(2) is None:
             raise TaskError(f"{where}: {k} = {v!r}: {m.group(1)} is not set in this environment")
@@ -213,16 +218,25 @@ def resolve_env(table, where):
     return out
 
 
-def resolve_sandbox(mode, tasks):
-    """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task."""
+def clash(task, shown=()) -> str | None:
+    """Why a container task's WORKDIR cannot be mounted here (one line), or None: it would hide, or lie inside, what
+    every sandbox shows (this Python, node, the project, the cache with the harness installs, `shown`)."""
+    wd = task.container.workdir
+    for p in [*SB.tool_paths(shown), str(Path(__file__).resolve().parent), str(cache_root())] if wd else ():
+        if _inside(str(p), wd) or _inside(wd, str(p)):
+            return (f"{task.container.dockerfile}: WORKDIR {wd} {'holds' if _inside(str(p), wd) else 'lies in'} {p}, "
+                    "which the sandbox shows from the host: pick another WORKDIR (or another place for it)")
+    return None
+
+
+def resolve_sandbox(mode, tasks, shown=()):
+    """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task, and
+    bwrap for a container task whose WORKDIR clashes with what the sandbox shows (`shown`: a harness install)."""
     sandbox, warning = SB.resolve_sandbox(mode)
     boxed = [t.name for t in tasks if t.container.dockerfile]
-    tools = SB.tool_paths()
-    for t in tasks:          # a WORKDIR mounted over this Python or node would hide them (a harness's: at its run)
-        hidden = [p for p in tools if t.container.workdir and _inside(p, t.container.workdir)]
-        if sandbox == "bwrap" and hidden:
-            raise TaskError(f"{t.container.dockerfile}: WORKDIR {t.container.workdir} holds {hidden[0]}, which "
-                            "every sandbox shows (this Python, node): mounted there, the work dir would hide it")
+    for t in tasks if sandbox == "bwrap" else ():
+        if why := clash(t, shown):
+            raise TaskError(why)
     if sandbox == "dir" and boxed:
         raise TaskError(f"{len(boxed)} task(s) ({', '.join(boxed[:3])}{', ...' if len(boxed) > 3 else ''}) come "
                         f"with environment/Dockerfile: their scripts use the container's paths (the WORKDIR, /tests, "
@@ -244,8 +258,19 @@ def workdir(task, work) -> str:
     return task.container.workdir or str(Path(work).resolve())
 
 
+def offline(task) -> bool:
+    """Harbor's network policy for the agent phase ([agent] network_mode, else [environment]'s; the older
+    allow_internet = false too): "no-network" -> the agent gets its own network namespace (rollout.py, relay.py).
+    "public" (Harbor's default) and "allowlist" keep the host's network, the guard's hosts rule standing guard."""
+    env, agent = task.config.get("environment") or {}, task.config.get("agent") or {}
+    mode = agent.get("network_mode") or env.get("network_mode") or \
+        ("no-network" if env.get("allow_internet") is False else "public")
+    return mode == "no-network"
+
+
 def task_env(task, extra=None):
-    """The task's environment variables for a script or the agent (ENV, [environment] env, then `extra`)."""
+    """The task's environment variables for a script or the agent (ENV, [environment] env, then `extra`), for
+    bwrap_args(setenv=): inside the sandbox only, never bwrap's own (it runs as root)."""
     return {k: v for k, v in (task.container.env | (extra or {})).items() if k not in OURS}
 
 
@@ -261,17 +286,35 @@ def materialize(task, work) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     if task.container.dockerfile:
         for src, rel in task.container.copies:
-            dst = work / rel
-            if src.is_dir():            # Docker's own files at the top of environment/ are left out, as always
-                shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True,
-                                ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
-            else:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dst)
+            _place(src, work, rel, skip=env)
     elif env.is_dir():
         shutil.copytree(env, work, symlinks=True, dirs_exist_ok=True,
                         ignore=lambda d, names: [n for n in names if n in DOCKER_FILES and Path(d) == env])
     return work
+
+
+def _place(src, work, rel, skip):
+    """COPY src (a file, or a dir's contents) to work/rel: links copied as links, and never written through - a link
+    an earlier COPY put in the work dir could point anywhere on the host (we are root here). Docker's own files at
+    the top of `skip` (environment/) are left out."""
+    root, entries = work.resolve(), [(src, Path(rel))]
+    if src.is_dir() and not src.is_symlink():
+        entries = [(Path(d) / n, Path(rel) / Path(d).relative_to(src) / n) for d, dirs, files in os.walk(src)
+                   for n in sorted(dirs) + sorted(files) if not (Path(d) == skip and n in DOCKER_FILES)]
+        entries.insert(0, (src, Path(rel)))
+    for s, r in entries:
+        d = root / r
+        if d != root and not d.parent.resolve().is_relative_to(root):
+            raise TaskError(f"{src}: its COPY to {r} would go through a link out of the work dir")
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if d.is_symlink() or d.exists() and not (d.is_dir() and s.is_dir() and not s.is_symlink()):
+            shutil.rmtree(d) if d.is_dir() and not d.is_symlink() else d.unlink()
+        if s.is_symlink():
+            os.symlink(os.readlink(s), d)
+        elif s.is_dir():
+            d.mkdir(exist_ok=True)
+        else:
+            shutil.copy2(s, d, follow_symlinks=False)
 
 
 def base_env(home):
@@ -317,12 +360,14 @@ def run_oracle(task, work, timeout=None, sandbox="dir"):
         work, wd = Path(work).resolve(), workdir(task, work)
         at = HARBOR_PATHS["solution"] if sandbox == "bwrap" else str(sol)
         extra = resolve_env(task.config.get("solution", {}).get("env", {}), f"{task.path}/task.toml: [solution] env")
-        env = base_env(home) | task_env(task, extra) | {"SOLUTION_DIR": at, "WORKDIR": wd}
+        env, theirs = base_env(home) | {"SOLUTION_DIR": at, "WORKDIR": wd}, task_env(task, extra)
         argv = ["bash", f"{at}/solve.sh"]
         if sandbox == "bwrap":
             SB.own(work, home)
             argv = SB.bwrap_args([home], SB.tool_paths(), SB.private_paths(Path(task.path).resolve().parent),
-                                 chdir=wd, network=False, mounts=[(work, wd, True), (sol, at, False)]) + argv
+                                 chdir=wd, network=False, mounts=[(work, wd, True), (sol, at, False)], setenv=theirs) + argv
+        else:
+            env = theirs | env
         rc, timed_out, out, _ = _run(argv, work, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
     return (None if timed_out else rc), out
 
@@ -344,6 +389,8 @@ def read_reward(logs_dir):
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
                 return None, {}, f"reward.json is not a dict of named floats: {text[:80]!r}"
             rewards = {k: float(v) for k, v in data.items()}
+            if not all(map(math.isfinite, rewards.values())):
+                return None, {}, f"reward.json has a value that is not a finite number: {text[:80]!r}"
             score, how = (rewards["reward"], "reward") if "reward" in rewards else \
                 (sum(rewards.values()) / len(rewards), "mean")
             src = f"reward.json ({how})"
@@ -352,7 +399,7 @@ def read_reward(logs_dir):
             rewards = {"reward": score}
         else:
             return None, {}, "the verifier wrote no reward file"
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError, OverflowError) as e:
         return None, {}, f"unreadable reward file: {type(e).__name__}: {str(e)[:80]}"
     if not math.isfinite(score) or not 0.0 <= score <= 1.0:
         return None, rewards, f"{src}: score {score} outside [0, 1]"
@@ -380,8 +427,8 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
         at = {"tests": str(tests), "logs": str(logs)} if not boxed else HARBOR_PATHS
         extra = resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
         wd = workdir(task, work)
-        env = base_env(tmp / "home") | task_env(task, extra) | {
-            "WORKDIR": wd, "TESTS_DIR": at["tests"], "LOGS_DIR": at["logs"], "AGENT_OUTPUT": str(tmp / "agent_output.txt")}
+        env, theirs = base_env(tmp / "home") | {"WORKDIR": wd, "TESTS_DIR": at["tests"], "LOGS_DIR": at["logs"],
+                                                "AGENT_OUTPUT": str(tmp / "agent_output.txt")}, task_env(task, extra)
         work.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
         t = timeout or task.verifier_timeout
         argv = ["bash", f"{at['tests']}/test.sh"]
@@ -389,7 +436,10 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
             SB.own(work, logs, tmp / "home")
             argv = SB.bwrap_args([tmp / "home"], SB.tool_paths([tmp / "agent_output.txt"]),
                                  SB.private_paths(Path(task.path).resolve().parent, *hide), chdir=wd, network=False,
-                                 mounts=[(work, wd, True), (tests, at["tests"], False), (logs, at["logs"], True)]) + argv
+                                 mounts=[(work, wd, True), (tests, at["tests"], False), (logs, at["logs"], True)],
+                                 setenv=theirs) + argv
+        else:
+            env = theirs | env
         rc, timed_out, out, secs = _run(argv, work, env, t, logs / "test-stdout.txt")
         if timed_out:
             return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)

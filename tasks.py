@@ -343,6 +343,8 @@ def _check_task(task_dir, sandbox, stage):
         fail(1, f"{task.path / 'solution' / 'solve.sh'}: missing (the checks need an oracle)")
     if not (task.path / "environment").is_dir():
         fail(1, f"{task.path / 'environment'}: missing (may be empty, must exist)")
+    if sandbox == "bwrap" and (why := E.clash(task)):
+        fail(1, why)
     if sandbox == "dir" and task.container.dockerfile:
         fail(1, f"{task.container.dockerfile}: a container task is checked under --sandbox bwrap only (its scripts use "
                 f"{task.container.workdir}, /tests, /logs/verifier, /solution: mounts, which --sandbox dir cannot make)")

@@ -78,11 +78,14 @@ async def _get(c, path):
         if r.content_type == "application/json" else body.decode()
 
 
+TOKEN = "t0ken-for-the-tests"
+
+
 def api(run_dirs, *paths, between=None):
     """GET each path on one dashboard app (aiohttp's TestServer): [(status, body)]. between(i) runs before
     request i (to change files while the same app, with its caches, keeps serving)."""
     async def go():
-        async with TestClient(TestServer(D.make_app(run_dirs))) as c:
+        async with TestClient(TestServer(D.make_app(run_dirs, TOKEN)), headers={"Authorization": f"token {TOKEN}"}) as c:
             out = []
             for i, p in enumerate(paths):
                 if between:
@@ -117,6 +120,36 @@ def test_runs_lists_config_trainers_and_the_eval_report(run):
     n1, n2 = (p.split('<script nonce="')[1].split('"')[0] for p in (p1, p2))
     assert f"script-src 'nonce-{n1}'" in h1 and f"script-src 'nonce-{n2}'" in h2 and n1 != n2
     assert "unsafe-inline" not in h1.split("script-src")[1].split(";")[0]
+
+
+def test_the_dashboard_wants_its_token(run):
+    """Reaching the port is not enough: without the token it printed (or with another) every path is 403; with it
+    in the URL the page is served and sets the cookie its own requests then carry."""
+    async def go():
+        runner, url = await D.start([run])
+        base, token = url.split("?token=")
+        out = {}
+        try:
+            async with aiohttp.ClientSession() as s:
+                for name, path in (("page", ""), ("runs", "api/runs"), ("rollouts", "api/rollouts?run=0"),
+                                   ("report", "report?run=0&path=eval/result.json")):
+                    for how, q in (("none", ""), ("wrong", "?token=x" + token[1:]), ("header", "")):
+                        hdr = {"Authorization": f"token {token}"} if how == "header" else {}
+                        async with s.get(base + path + (q if "?" not in path else q.replace("?", "&")), headers=hdr) as r:
+                            out[name, how] = r.status
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:     # an IP host
+                async with s.get(url) as r:
+                    out["page", "url"] = r.status
+                async with s.get(base + "api/runs") as r:           # the cookie the page got
+                    out["runs", "cookie"] = r.status
+        finally:
+            await runner.cleanup()
+        return token, out
+    token, out = asyncio.run(go())
+    assert len(token) >= 32
+    assert {k: v for k, v in out.items() if k[1] in ("none", "wrong")} == {
+        (n, h): 403 for n in ("page", "runs", "rollouts", "report") for h in ("none", "wrong")}
+    assert {k: v for k, v in out.items() if k[1] in ("header", "url", "cookie") and v != 200} == {}
 
 
 def test_metrics_are_incremental_and_a_half_written_line_waits(run, tmp_path):
@@ -403,7 +436,8 @@ def test_rollout_view_shows_a_blocked_call_with_its_rule_and_note(tmp_path):
         v = rollouts[0].verdicts[0]
         runner, url = await D.start([tmp_path / "run"])
         try:
-            async with aiohttp.ClientSession() as s, s.get(url + "api/guard?run=0") as r:
+            base, token = url.split("?token=")
+            async with aiohttp.ClientSession() as s, s.get(base + f"api/guard?run=0&token={token}") as r:
                 assert await r.json() == {"mini": {"0": {v["rule"]: 2}}}
             async with Chromium(tmp_path) as b:
                 await b.goto(url)

