@@ -18,6 +18,7 @@ import os
 import posixpath
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from guardrules import CHECKS, RULES, WHY, _GLOB, _is_test, _split_target, _under, find_all
 from shellread import MAX_TEXT, analyze
@@ -87,8 +88,16 @@ class Guard:
     def session(self):
         return Session(self)
 
+
     def check(self, call, tools, messages):
         return self.session().check(call, tools, messages)
+
+
+def guard_for(context):
+    """The Guard a rollout ran under, from the context rollout.py records with it (ATIF extra.guard_context: the
+    task's [guard] table, proxy_host, work_dir, home, tmp, task_dir, private)."""
+    kw = {k: context.get(k) for k in ("proxy_host", "work_dir", "home", "tmp", "task_dir") if context.get(k)}
+    return Guard.for_task(context.get("guard"), private=context.get("private") or (), **kw)
 
 
 class Session:
@@ -345,19 +354,27 @@ def _deglob(n):
 
 # ----------------------------------------------------------------------------- offline re-scan of ATIF files
 
-def scan(paths, guard):
-    """Re-check every tool call of ATIF v1.8 trajectories: (trajectories read, per-rule counts, blocked rows)."""
-    rows, read = [], 0
+def scan(paths, guard=None):
+    """Re-check every tool call of ATIF v1.8 trajectories, each under the guard it ran with (extra.guard_context,
+    recorded by rollout.py: its task's allowances, work dir, HOME, proxy) or else `guard`, whatever the run did
+    with its verdicts then (a guard-off run is judged the same way). -> (one dict per trajectory read: trainer,
+    version, reward, score, calls, fired = [(step, tool, rule, arguments)])."""
+    out = []
     for path in paths:
         try:
             with open(path) as fh:
                 doc = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, UnicodeDecodeError):
             continue
         if not (isinstance(doc, dict) and str(doc.get("schema_version", "")).startswith("ATIF")):
             continue
-        read += 1
-        tools, session, messages = (doc.get("agent") or {}).get("tool_definitions"), guard.session(), []
+        extra = doc.get("extra") if isinstance(doc.get("extra"), dict) else {}
+        ctx = extra.get("guard_context")
+        g = guard_for(ctx) if isinstance(ctx, dict) else guard or Guard()
+        tools, session, messages, fired, n = (doc.get("agent") or {}).get("tool_definitions"), g.session(), [], [], 0
+        versions = [((s.get("metrics") or {}).get("extra") or {}).get("adapter_version") for s in doc.get("steps") or ()
+                    if isinstance(s, dict) and s.get("source") == "agent"]
+        folder = Path(path).parent.name
         for step in doc.get("steps") or ():
             msg = step.get("message")
             msg = msg if isinstance(msg, str) else json.dumps(msg) if msg else ""
@@ -368,40 +385,78 @@ def scan(paths, guard):
                 "name": tc.get("function_name"), "arguments": a if isinstance(a, str) else json.dumps(a or {})}}
                 for tc in step.get("tool_calls") or () for a in [tc.get("arguments")]]
             for c in calls:
+                n += 1
                 v = session.check(c, tools, messages)
                 if not v.allowed:
-                    rows.append((path, step.get("step_id"), c["function"]["name"], v.rule,
-                                 c["function"]["arguments"][:160]))
+                    fired.append((step.get("step_id"), c["function"]["name"], v.rule, c["function"]["arguments"][:160]))
             messages.append({"role": "assistant", "content": msg, "tool_calls": calls})
             for r in (step.get("observation") or {}).get("results") or ():
                 c = r.get("content")
                 messages.append({"role": "tool", "tool_call_id": r.get("source_call_id"),
                                  "content": c if isinstance(c, str) else json.dumps(c)})
-    return read, {r: sum(row[3] == r for row in rows) for r in RULES}, rows
+        out.append({"path": str(path), "trainer": Path(path).parent.parent.name,
+                    "version": int(folder) if folder.isdigit() else next((v for v in versions if v is not None), None),
+                    "reward": extra.get("reward"), "score": extra.get("score"), "calls": n, "fired": fired})
+    return out
+
+
+def table(results):
+    """Per trainer and adapter version: trajectories, the share with a call that fired (attempted), the share of
+    those that still got reward (a guard-off run's), and the fires per rule. -> {trainer: {version: row}}."""
+    out = {}
+    for r in results:
+        row = out.setdefault(r["trainer"], {}).setdefault(r["version"], {
+            "rollouts": 0, "attempted": 0, "rewarded_attempts": 0, "rules": {}})
+        row["rollouts"] += 1
+        if r["fired"]:
+            row["attempted"] += 1
+            row["rewarded_attempts"] += bool(r["reward"] and r["reward"] > 0)
+        for _, _, rule, _ in r["fired"]:
+            row["rules"][rule] = row["rules"].get(rule, 0) + 1
+    return out
 
 
 def main(argv=None):
     import argparse
-    import pathlib
     import tomllib
-    ap = argparse.ArgumentParser(description="Re-check saved ATIF trajectories with the guard.")
-    ap.add_argument("cmd", choices=["scan"], help="scan: judge every tool call again and count blocks per rule")
-    ap.add_argument("path", help="an ATIF .json file or a directory of them (searched recursively)")
-    ap.add_argument("--task", help="a task.toml whose [guard] table applies")
-    ap.add_argument("--allow-rules", default="", help="comma-separated rule ids to switch off")
-    ap.add_argument("--proxy-host", default=None,
-                    help="the proxy's host:port, allowed as the model's own endpoint (default: none)")
+    ap = argparse.ArgumentParser(description="Re-check saved ATIF trajectories with the guard, as it ran on each.")
+    ap.add_argument("cmd", choices=["scan"], help="scan: judge every tool call again, a table per rule and adapter "
+                                                  "version, then every call that fired")
+    ap.add_argument("path", help="an ATIF .json file or a directory of them (a run's rollouts/, searched recursively)")
+    ap.add_argument("--task", help="for files without their guard context (older runs): a task.toml whose [guard] "
+                                   "table applies")
+    ap.add_argument("--allow-rules", default="", help="for files without their guard context: rule ids switched off")
+    ap.add_argument("--proxy-host", default=None, help="for files without their guard context: the proxy's host:port")
+    ap.add_argument("--json", help="also write the table and every fired call to this JSON file")
     a = ap.parse_args(argv)
-    section = tomllib.loads(pathlib.Path(a.task).read_text()).get("guard", {}) if a.task else {}
-    section["allow_rules"] = list(section.get("allow_rules", [])) + [r for r in a.allow_rules.split(",") if r]
-    p = pathlib.Path(a.path)
-    n, counts, rows = scan(sorted(p.rglob("*.json")) if p.is_dir() else [p],
-                           Guard.for_task(section, proxy_host=a.proxy_host))
-    for path, step, name, rule, args in rows:
-        print(f"{path}  step {step}  {name}  {rule}  {args}")
-    print(f"{n} trajectories, {len(rows)} blocked calls")
-    for rule in RULES:
-        print(f"  {rule:<15} {counts[rule]}")
+    p = Path(a.path)
+    if not p.exists():
+        ap.error(f"{p}: no such file or directory")
+    try:
+        section = tomllib.loads(Path(a.task).read_text()).get("guard", {}) if a.task else {}
+        section["allow_rules"] = list(section.get("allow_rules", [])) + [r for r in a.allow_rules.split(",") if r]
+        fallback = Guard.for_task(section, proxy_host=a.proxy_host)
+    except (OSError, ValueError) as e:
+        ap.error(f"--task / --allow-rules: {e}")
+    results = scan(sorted(p.rglob("*.json")) if p.is_dir() else [p], fallback)
+    tab = table(results)
+    for trainer, per in sorted(tab.items()):
+        versions = sorted(per, key=lambda v: (v is None, v if isinstance(v, int) else 0))
+        rules = sorted({k for row in per.values() for k in row["rules"]})
+        print(f"{trainer}: {sum(r['rollouts'] for r in per.values())} trajectories")
+        print(f"  {'adapter version':<20}" + "".join(f"{str(v):>6}" for v in versions))
+        for label, key in (("rollouts", "rollouts"), ("attempted", "attempted"), ("  and rewarded", "rewarded_attempts")):
+            print(f"  {label:<20}" + "".join(f"{per[v][key]:>6}" for v in versions))
+        for rule in rules:
+            print(f"  {rule:<20}" + "".join(f"{per[v]['rules'].get(rule, 0):>6}" for v in versions))
+    for r in results:
+        for step, name, rule, args in r["fired"]:
+            print(f"{r['path']}  step {step}  {name}  {rule}  {args}")
+    print(f"{len(results)} trajectories, {sum(len(r['fired']) for r in results)} calls fired, "
+          f"{sum(bool(r['fired']) for r in results)} trajectories with one")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"table": {t: {str(v): row for v, row in per.items()} for t, per in tab.items()},
+                                            "fired": [r for r in results if r["fired"]]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from aiohttp import web
 import sandbox as SB
 from servers import MAX_BODY, ChatStream
 import taskenv as E
-from guard import Guard
+from guard import guard_for
 
 CONTEXT_ERROR = "maximum context length"
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
@@ -95,6 +95,7 @@ class Rollout:
     started: float = 0.0
     finished: float = 0.0
     guard: object = None
+    guard_context: dict = field(default_factory=dict)   # what its guard was built from: `guard.py scan` rebuilds it
 
 
 # ----------------------------------------------------------------------------- the proxy
@@ -139,11 +140,11 @@ class Proxy:
         """work_dir (as the agent sees it) / home / tmp: the rollout's own (the guard judges paths against them,
         its config with the secret in home); private: dirs no rollout may touch but its own (all sandboxes, the run)."""
         task_dir = getattr(r.task, "path", None)
-        r.guard = Guard.for_task(getattr(r.task, "guard", None) or {}, proxy_host=self.url,
-                                 work_dir=str(work_dir) if work_dir else None, home=str(home) if home else None,
-                                 tmp=str(tmp) if tmp else None,
-                                 task_dir=str(Path(task_dir).resolve()) if task_dir else None,
-                                 private=[str(p) for p in private]).session()
+        r.guard_context = {"guard": getattr(r.task, "guard", None) or {}, "proxy_host": self.url,
+                           "work_dir": str(work_dir) if work_dir else None, "home": str(home) if home else None,
+                           "tmp": str(tmp) if tmp else None, "private": [str(p) for p in private],
+                           "task_dir": str(Path(task_dir).resolve()) if task_dir else None}
+        r.guard = guard_for(r.guard_context).session()
         self.rollouts[r.id] = r
 
     def unregister(self, r: Rollout):
@@ -217,12 +218,12 @@ class Proxy:
             return web.json_response({"error": {"message": "rollout ended"}}, status=400)
         if tools and choice is not None:
             r.tools = tools
-            self._guard(r, msg, tools, messages)
+            judged = self._guard(r, msg, tools, messages)
             if not msg["tool_calls"] and finish == "tool_calls":
                 finish = "stop"
             lps = [x["logprob"] for x in choice["logprobs"]["content"]]
             r.turns.append(Turn(resp["prompt_token_ids"], choice["token_ids"], lps, version))
-            r.exchanges.append((messages, msg, len(r.turns) - 1))
+            r.exchanges.append((messages, msg, len(r.turns) - 1, judged))
         elif choice is not None:
             r.aux_requests += 1
         r.final_message = msg.get("content") or ""        # what the harness gets, notes included
@@ -236,11 +237,13 @@ class Proxy:
         return web.json_response(out)
 
     def _guard(self, r: Rollout, msg, tools, messages):
-        """Each tool call through the guard; a blocked one is removed and its note added to the content."""
-        kept, notes = [], []
+        """Each tool call through the guard; a blocked one is removed and its note added to the content. -> every
+        call the model made, with its verdict (None: allowed or not checked), for the ATIF record."""
+        kept, notes, judged = [], [], []
         for call in msg["tool_calls"]:
             r.tool_calls += 1
             v = r.guard.check(call, tools, messages) if self.guard_on else None
+            judged.append((call, None if v is None or v.allowed else v))
             if v is None or v.allowed:
                 kept.append(call)
             else:
@@ -250,6 +253,7 @@ class Proxy:
         if notes:
             msg["content"] = "\n".join(filter(None, [msg.get("content")] + notes))
             msg["tool_calls"] = kept
+        return judged
 
     async def _sse(self, request, msg, finish, usage, body):
         stream = await ChatStream().open(request, body.get("model") or POLICY)
@@ -402,10 +406,11 @@ def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
         if m.get("role") in ("system", "user", "developer"):
             steps.append({"step_id": len(steps) + 1, "source": "system" if m["role"] != "user" else "user",
                           "message": _text(m.get("content"))})
-    for k, (messages, msg, ti) in enumerate(r.exchanges):
-        t = r.turns[ti]
+    for k, (messages, msg, ti, judged) in enumerate(r.exchanges):
+        t = r.turns[ti]         # every call the model made: a blocked one too, marked (it never ran: no result)
         calls = [{"tool_call_id": c["id"], "function_name": c["function"]["name"],
-                  "arguments": _args(c["function"].get("arguments"))} for c in msg["tool_calls"]]
+                  "arguments": _args(c["function"].get("arguments")),
+                  **({"extra": {"blocked_by": v.rule}} if v else {})} for c, v in judged]
         nxt = r.exchanges[k + 1][0] if k + 1 < len(r.exchanges) else []
         results = [{"source_call_id": m.get("tool_call_id"), "content": _text(m.get("content"))}
                    for m in nxt if m.get("role") == "tool" and m.get("tool_call_id") in {c["tool_call_id"] for c in calls}]
@@ -430,7 +435,7 @@ def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
                       "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls,
                       "flagged": r.flagged,
                       "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
-                      "timed_out": r.timed_out, "aux_requests": r.aux_requests,
+                      "timed_out": r.timed_out, "aux_requests": r.aux_requests, "guard_context": r.guard_context,
                       "seconds": round(r.finished - r.started, 3)}}
 
 

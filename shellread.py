@@ -63,6 +63,7 @@ _ASSIGN = re.compile(r"[A-Za-z_]\w*=")
 _VAR = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
 _ESC = re.compile(r"\\(.)", re.S)
 _CODE_FLAG = re.compile(r"-\w*[ce]\w*|-p|-r|--eval|--command")
+EDITORS = ("ed", "red", "ex", "vi", "vim", "nvim", "sponge", "emacs", "nano", "joe", "jed", "kak", "micro", "mcedit")
 _INTERP = re.compile(r"python[\d.]*|pypy[\d.]*|node|nodejs|deno|bun|perl|ruby|php")
 URL = re.compile(r"\b([a-z][a-z0-9+.-]{1,9})://([^\s'\"<>`|;)]*)", re.I)
 _HOSTISH = re.compile(r"(?:[\w.+-]+@)?((?:[a-z0-9-]+\.)+[a-z][a-z0-9-]*|\d{1,3}(?:\.\d{1,3}){3}|localhost"
@@ -323,6 +324,8 @@ class _Shell:
             self.write(pos if name == "truncate" else pos[1:], "edit")
         elif name == "touch":
             self.write(pos, "new")
+        elif name in EDITORS:                          # scripted editors write the files they are given
+            self.write(pos, "edit")
         elif name in ("cp", "install", "rsync", "scp", "ln", "mv"):
             t = next((args[j + 1] for j, a in enumerate(args[:-1]) if a in ("-t", "--target-directory")), None)
             dest = t or (pos[-1] if len(pos) > 1 else None)

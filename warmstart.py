@@ -87,7 +87,7 @@ def atif_messages(traj) -> list:
         elif s.get("source") == "agent":
             calls = [{"id": c["tool_call_id"], "type": "function", "function": {
                 "name": c["function_name"], "arguments": json.dumps(c.get("arguments") or {})}}
-                for c in s.get("tool_calls") or []]
+                for c in s.get("tool_calls") or [] if not (c.get("extra") or {}).get("blocked_by")]   # never ran
             out.append({"role": "assistant", "content": s.get("message") or None, **({"tool_calls": calls} if calls else {})})
             for res in (s.get("observation") or {}).get("results") or []:
                 out.append({"role": "tool", "tool_call_id": res.get("source_call_id"), "content": res.get("content") or ""})

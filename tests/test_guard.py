@@ -303,22 +303,36 @@ def agent_step(i, name, arguments, output):
 
 
 def test_scan_cli_counts_blocked_calls_per_rule(tmp_path):
+    """guard.py scan over a run's rollouts/<trainer>/<version>/: a table per adapter version (rollouts, attempted,
+    attempted and rewarded, fires per rule), then every call that fired; --task applies a task's allowances to
+    files recorded without their guard context; --json writes the same."""
     tools = CTX["tools"]["pi"]
     user = {"step_id": 1, "source": "user", "message": CTX["contexts"]["repair"][0]["content"]}
-    (tmp_path / "a.json").write_text(json.dumps(atif([user, agent_step(2, "bash", {"command": "pytest -q"}, "1 failed"),
-                                                      agent_step(3, "read", {"path": "/tests/test_outputs.py"}, "x")],
-                                                     tools)))
-    (tmp_path / "b.json").write_text(json.dumps(atif([user, agent_step(2, "bash", {"command": "env"}, "HOME=/"),
-                                                      agent_step(3, "edit", {"path": "tests/test_parse.py", "edits": [
-                                                          {"oldText": "a", "newText": "b"}]}, "ok")], tools)))
-    (tmp_path / "reward.json").write_text('{"reward": 1}')                # not a trajectory: skipped
+    for version, name, steps in ((0, "a", [agent_step(2, "bash", {"command": "pytest -q"}, "1 failed"),
+                                           agent_step(3, "read", {"path": "/tests/test_outputs.py"}, "x")]),
+                                 (1, "b", [agent_step(2, "bash", {"command": "env"}, "HOME=/"),
+                                           agent_step(3, "edit", {"path": "tests/test_parse.py", "edits": [
+                                               {"oldText": "a", "newText": "b"}]}, "ok")]),
+                                 (1, "c", [agent_step(2, "bash", {"command": "pytest -q"}, "ok")])):
+        doc = atif([user, *steps], tools)
+        doc["extra"]["reward"] = 1.0 if name == "b" else 0.0
+        d = tmp_path / "rollouts" / "pi" / str(version)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    (tmp_path / "rollouts" / "reward.json").write_text('{"reward": 1}')                # not a trajectory: skipped
     (tmp_path / "task.toml").write_text('[guard]\nallow_rules = ["test-editing"]\n')
-    run = lambda *a: subprocess.run([sys.executable, str(HERE.parent / "guard.py"), "scan", str(tmp_path), *a],  # noqa
-                                    capture_output=True, text=True, check=True).stdout
-    out = run()
-    assert "2 trajectories, 3 blocked calls" in out
-    counts = dict(line.split() for line in out.splitlines() if line.startswith("  "))
-    assert counts == {"declared-tool": "0", "reward-hacking": "0", "test-editing": "1", "credentials": "1",
-                      "answer-lookup": "1", "hosts": "0"}
+    run = lambda *a: subprocess.run([sys.executable, str(HERE.parent / "guard.py"), "scan", str(tmp_path / "rollouts"),  # noqa
+                                     *a], capture_output=True, text=True, check=True).stdout
+    out = run("--json", str(tmp_path / "scan.json"))
+    assert "3 trajectories, 3 calls fired, 2 trajectories with one" in out
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines() if line.startswith("  ")}
+    assert rows == {"adapter version": ["0", "1"], "rollouts": ["1", "2"], "attempted": ["1", "1"],
+                    "and rewarded": ["0", "1"], "answer-lookup": ["1", "0"], "credentials": ["0", "1"],
+                    "test-editing": ["0", "1"]}, out
     assert "a.json  step 3  read  answer-lookup" in out
-    assert "2 blocked calls" in run("--task", str(tmp_path / "task.toml"))
+    saved = json.loads((tmp_path / "scan.json").read_text())
+    assert saved["table"]["pi"]["1"]["rules"] == {"credentials": 1, "test-editing": 1} and len(saved["fired"]) == 2
+    assert "2 calls fired" in run("--task", str(tmp_path / "task.toml"))
+    bad = subprocess.run([sys.executable, str(HERE.parent / "guard.py"), "scan", str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope: no such file" in bad.stderr

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 import grpo as G
+import guard
 import harnesses as H
 import rollout as R
 import sandbox as SB
@@ -540,6 +541,11 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
     assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
     assert G.shaped_reward(r.score, r.tool_calls, r.flagged, 0.1, 15) == 0.0
+    saved = tmp_path / "rollouts" / name / "0" / f"{r.id}.json"          # the post-hoc scan, from the ATIF alone
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps(R.to_atif(r)))
+    [found] = guard.scan([saved])
+    assert sorted(rule for *_, rule, _ in found["fired"]) == rules and found["calls"] == 4, found
 
 
 def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, monkeypatch):

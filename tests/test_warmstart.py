@@ -14,6 +14,7 @@ import torch
 
 import checkpoint as C
 import grpo as G
+import guard
 import harnesses as H
 import mini
 import oracle as O
@@ -107,6 +108,7 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     assert by["toy-even"].score == 0.0 and not by["toy-even"].flagged
     files = list((tmp_path / "out" / "rollouts").rglob("*.json"))
     assert len(files) == len(tasks)
+    assert [r["fired"] for r in guard.scan(files) if r["fired"]] == []      # the post-hoc scan: nothing on honest runs
     demos, skipped = W.read_demonstrations(files, fmt)
     assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
