@@ -1,6 +1,6 @@
 """The one way out of an agent's network namespace: run inside the sandbox, in front of the harness.
 
-    python3 relay.py SOCKET PORT -- HARNESS ARGV...
+    python3 -I relay.py SOCKET PORT -- HARNESS ARGV...    (-I: a task's PYTHON* variables do not reach it)
 
 A no-network task's agent runs in its own network namespace (sandbox.py, network=False): its loopback is its own, so
 nothing on the host's loopback (a dashboard, a notebook, the inference server, other rollouts' tools) can be reached.
@@ -9,13 +9,14 @@ sandbox's own 127.0.0.1:PORT - the port the proxy has on the host, so the harnes
 of the proxy stay as they are - and copies each connection to the socket, both ways. It starts the harness as its
 child (stdin, stdout, stderr and environment passed through) and exits with the harness's exit code.
 
-Stdlib only, no project import: the sandbox shows this one file. Left out: anything but TCP on 127.0.0.1:PORT.
+Stdlib only, no project import: the sandbox shows this one file (rollout.py imports `pipe` from it). Left out: anything but TCP on 127.0.0.1:PORT.
 """
 import asyncio
 import sys
 
 
-async def _pipe(reader, writer):
+async def pipe(reader, writer):
+    """Copy one direction of a connection until EOF (rollout.py's per-rollout socket uses it too)."""
     try:
         while data := await reader.read(1 << 16):
             writer.write(data)
@@ -33,7 +34,7 @@ async def _main(sock, port, argv):
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         for w in (writer, up_writer):
             w.close()
 
@@ -41,7 +42,7 @@ async def _main(sock, port, argv):
     proc = await asyncio.create_subprocess_exec(*argv)
     code = await proc.wait()
     server.close()
-    return code
+    return 128 - code if code < 0 else code         # killed by a signal: as a shell says it (SIGKILL: 137)
 
 
 def main(args):

@@ -48,11 +48,13 @@ import sandbox as SB
 from servers import MAX_BODY, ChatStream
 import taskenv as E
 from guard import guard_for
+from relay import pipe
 
 CONTEXT_ERROR = "maximum context length"
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
 RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harness-rl/proxy.sock"
 POLICY = "policy"
+MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
@@ -108,7 +110,7 @@ class Proxy:
     def __init__(self, client, adapter, sampling=None, timeout=600, guard=True):
         self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
         self.sampling = dict(sampling or {})
-        self.rollouts, self.url, self._runner, self.socket = {}, None, None, None
+        self.rollouts, self.url, self._runner, self.socket_dir = {}, None, None, None
         self.in_use = collections.Counter()     # adapter name -> requests in flight on the server
         self.overhead = collections.deque(maxlen=100000)   # seconds per request spent in the proxy itself
 
@@ -121,17 +123,39 @@ class Proxy:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.url = f"http://{host}:{self._runner.addresses[0][1]}"
-        # the way in for agents in their own network namespace (relay.py): a Unix socket bound into their sandbox
-        self.socket = os.path.join(tempfile.mkdtemp(prefix="harness-rl-proxy-"), "proxy.sock")
-        await web.UnixSite(self._runner, self.socket).start()
-        os.chmod(self.socket, 0o666)        # the sandbox's user connects to it (its dir stays 0700)
+        # where the Unix sockets of agents in their own network namespace live (/tmp: a long $TMPDIR would pass
+        # AF_UNIX's 108-byte limit)
+        self.socket_dir = tempfile.mkdtemp(prefix="harness-rl-proxy-", dir="/tmp" if os.path.isdir("/tmp") else None)
         return self.url
 
     async def stop(self):
         if self._runner:
             await self._runner.cleanup()
-        if self.socket:
-            shutil.rmtree(os.path.dirname(self.socket), ignore_errors=True)
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    async def open_socket(self, r: Rollout):
+        """One rollout's way in from its own network namespace (bound into its sandbox, served there by relay.py): a
+        Unix socket forwarded to this proxy, MAX_CONNECTIONS at once (not the trainer's file descriptors)."""
+        open_now, path = [0], os.path.join(self.socket_dir, f"{r.id}.sock")
+
+        async def forward(reader, writer):
+            if open_now[0] >= MAX_CONNECTIONS:
+                writer.close()
+                return
+            open_now[0] += 1
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.url.rsplit("/", 1)[1].split(":"))
+                await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+                up_writer.close()
+            except OSError:
+                pass
+            finally:
+                open_now[0] -= 1
+                writer.close()
+        server = await asyncio.start_unix_server(forward, path)
+        os.chmod(path, 0o666)               # the sandbox's user connects to it (its dir stays 0700)
+        return server, path
 
     def base_url(self, rollout: Rollout):
         return f"{self.url}/r/{rollout.id}/v1"
@@ -307,7 +331,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = None
+    proc = socket_server = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
@@ -327,10 +351,11 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
-            mounts, offline = [(work, seen, True)], E.offline(r.task) and proxy.socket
-            if offline:     # its own network namespace: the proxy's socket comes in, relay.py serves it on its port
-                mounts.append((proxy.socket, RELAY_SOCKET, True))
-                argv = [sys.executable, str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
+            mounts, offline = [(work, seen, True)], E.offline_task(r.task) and proxy.socket_dir
+            if offline:     # its own network namespace: its socket comes in, relay.py serves it at the proxy's port
+                socket_server, path = await proxy.open_socket(r)
+                mounts.append((path, RELAY_SOCKET, True))
+                argv = [sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
             argv = SB.bwrap_args([home, tmp], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
                                  network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
         else:
@@ -380,6 +405,9 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     finally:
         if proc is not None:
             SB.kill(proc.pid)
+        if socket_server is not None:
+            socket_server.close()
+            Path(proxy.socket_dir, f"{r.id}.sock").unlink(missing_ok=True)
         proxy.unregister(r)
         r.finished = time.time()
         if not keep:

@@ -233,7 +233,10 @@ def resolve_sandbox(mode, tasks, shown=()):
     """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task, and
     bwrap for a container task whose WORKDIR clashes with what the sandbox shows (`shown`: a harness install)."""
     sandbox, warning = SB.resolve_sandbox(mode)
-    boxed = [t.name for t in tasks if t.container.dockerfile]
+    boxed, offline = [t.name for t in tasks if t.container.dockerfile], sum(map(offline_task, tasks))
+    if sandbox == "dir" and offline:
+        warning = "\n".join(filter(None, [warning, f"sandbox dir: {offline} no-network task(s) get the host's network "
+                                                   "(only the guard's hosts rule; --sandbox bwrap gives each agent its own)"]))
     for t in tasks if sandbox == "bwrap" else ():
         if why := clash(t, shown):
             raise TaskError(why)
@@ -258,7 +261,7 @@ def workdir(task, work) -> str:
     return task.container.workdir or str(Path(work).resolve())
 
 
-def offline(task) -> bool:
+def offline_task(task) -> bool:
     """Harbor's network policy for the agent phase ([agent] network_mode, else [environment]'s; the older
     allow_internet = false too): "no-network" -> the agent gets its own network namespace (rollout.py, relay.py).
     "public" (Harbor's default) and "allowlist" keep the host's network, the guard's hosts rule standing guard."""

@@ -5,6 +5,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -468,6 +469,58 @@ def test_an_offline_agent_reaches_nothing_on_the_host_but_its_own_proxy(tmp_path
         assert scanned == [proxy_port], out
     else:
         assert {proxy_port, *outside} <= set(scanned), out
+
+
+def test_an_agent_holding_connections_exhausts_only_its_own_share(tmp_path):
+    """Found by a red team: an agent that opened 20 000 connections to the proxy's shared socket exhausted the
+    trainer's file descriptors, and a sibling lost its grade. Each rollout now has its own socket, forwarding at
+    most MAX_CONNECTIONS at once: the rest are closed at once, and a sibling's socket still answers."""
+    async def go():
+        import aiohttp
+        up = Upstream()
+        proxy = R.Proxy(SV.Client(await up.start()), adapter=lambda: ("m", 0))
+        await proxy.start()
+        greedy, other = R.Rollout(make_task(tmp_path / "t"), "mini"), R.Rollout(make_task(tmp_path / "u", "u"), "mini")
+        for r in (greedy, other):
+            proxy.register(r)
+        (s1, p1), (s2, p2) = await proxy.open_socket(greedy), await proxy.open_socket(other)
+        conns = [await asyncio.open_unix_connection(p1) for _ in range(3 * R.MAX_CONNECTIONS)]
+        await asyncio.sleep(0.5)
+        alive = 0
+        for r, _ in conns:
+            alive += not await _eof_soon(r)
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=p2)) as s:
+            async with s.post(proxy.base_url(other) + "/chat/completions", json={"messages": [
+                    {"role": "user", "content": "hi"}]}, headers={"Authorization": f"Bearer {other.secret}"}) as resp:
+                status = resp.status
+        for _, w in conns:
+            w.close()
+        s1.close(), s2.close()
+        await proxy.stop()
+        await proxy.client.close()
+        await up.runner.cleanup()
+        return alive, status
+    alive, status = asyncio.run(go())
+    assert alive == R.MAX_CONNECTIONS and status == 200
+
+
+async def _eof_soon(reader):
+    try:
+        return await asyncio.wait_for(reader.read(1), 0.05) == b""
+    except asyncio.TimeoutError:
+        return False
+
+
+def test_the_relay_passes_the_exit_code_on_and_ignores_a_tasks_python_variables(tmp_path):
+    """relay.py runs as `python3 -I`: a task's PYTHONHOME / PYTHONPATH (set for the agent) cannot break it; a
+    harness killed by a signal exits as a shell says it (SIGKILL: 137, not 247)."""
+    import subprocess
+    (tmp_path / "selectors.py").write_text("raise SystemExit(99)\n")        # a planted module the relay would import
+    env = dict(os.environ, PYTHONHOME="/nonexistent", PYTHONPATH=str(tmp_path))
+    for cmd, want in (("exit 3", 3), ("kill -9 $$", 137)):
+        p = subprocess.run([sys.executable, "-I", str(R.RELAY), str(tmp_path / "x.sock"), "0", "--", "sh", "-c", cmd],
+                           cwd=tmp_path, env=env, capture_output=True, timeout=30)
+        assert p.returncode == want, (cmd, p.returncode, p.stderr[-500:])
 
 
 def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path, monkeypatch):
