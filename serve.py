@@ -368,7 +368,7 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
     def run():
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        runner = web.AppRunner(srv.app(), access_log=None)
+        runner = web.AppRunner(srv.app(), access_log=None, shutdown_timeout=1.0)     # Ctrl-C: not 60 s of grace
         loop.run_until_complete(runner.setup())
         loop.run_until_complete(web.TCPSite(runner, host, port).start())
         box["port"], box["loop"], box["runner"] = runner.addresses[0][1], loop, runner
@@ -389,7 +389,7 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
 
 async def _serve(srv, host, port):
     """Serve until interrupted; the line printed names the port really bound (--port 0: a free one)."""
-    runner = web.AppRunner(srv.app(), access_log=None)
+    runner = web.AppRunner(srv.app(), access_log=None, shutdown_timeout=1.0)     # Ctrl-C: not 60 s of grace
     await runner.setup()
     try:
         try:
