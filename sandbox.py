@@ -9,7 +9,8 @@ What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links r
 paths (the harness install, this Python, node), the `writable` dirs, the `mounts` (a host dir shown elsewhere:
 a Harbor task's work dir at its WORKDIR, /tests, /logs/verifier; taskenv.py), a fresh /tmp, /dev and /proc (with
 /proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities, no
-kernel keyrings (a seccomp filter: keyrings have no namespace, so they would join all sandboxes); when its
+kernel keyrings and no vsock sockets (a seccomp filter: neither has a namespace, so keys would join all sandboxes
+and vsock reach a VM's host from a sandbox with its own network); when its
 first process exits the PID namespace ends and everything it started dies (daemons included). `hide`: paths
 that must not show even if they lie under a shown dir (a project in /opt): an empty tmpfs goes over them.
 Not mounted at all: /home, /root, /var, /run (sockets), /mnt, /srv, ... - the user's files, the project,
@@ -56,21 +57,30 @@ DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with -
 KEYRING_SYSCALLS = {0xC000003E: (248, 249, 250),      # AUDIT_ARCH_X86_64
                     0x40000003: (286, 287, 288),      # AUDIT_ARCH_I386 (32-bit code on x86_64)
                     0xC00000B7: (217, 218, 219)}      # AUDIT_ARCH_AARCH64
+# socket(AF_VSOCK, ...) -> EPERM: vsock has no network namespace, so on a VM it would reach the hypervisor's
+# services from a sandbox that has its own network (red team). i386's socketcall() multiplexer is not inspected.
+SOCKET_SYSCALL = {0xC000003E: 41, 0x40000003: 359, 0xC00000B7: 198}
+AF_VSOCK = 40
 
 
 def seccomp_filter() -> bytes:
-    """The classic-BPF program bwrap installs (--seccomp FD): keyring calls -> EPERM, x32 calls -> EPERM,
+    """The classic-BPF program bwrap installs (--seccomp FD): keyring calls, x32 calls and vsock sockets -> EPERM,
     everything else allowed."""
     import struct
     LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06            # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1              # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
     prog = []                                             # (code, jt, jf, k), jumps relative to the next one
     for arch, nrs in KEYRING_SYSCALLS.items():
-        body = [(LD, 0, 0, 0)]                            # seccomp_data.nr
+        # symbolic: (code, k, label to jump to when true or None); labels: "sock", "deny"
+        body = [(LD, 0, None)]                            # seccomp_data.nr
         if arch == 0xC000003E:
-            body.append((JGE, len(nrs) + 1, 0, 0x40000000))      # the x32 ABI: its own numbering, refused
-        body += [(JEQ, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
-        body += [(RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]
+            body.append((JGE, 0x40000000, "deny"))        # the x32 ABI: its own numbering, refused
+        body += [(JEQ, nr, "deny") for nr in nrs] + [(JEQ, SOCKET_SYSCALL[arch], "sock"), (RET, ALLOW, None)]
+        labels = {"sock": len(body)}
+        body += [(LD, 16, None), (JEQ, AF_VSOCK, "deny"), (RET, ALLOW, None)]     # seccomp_data.args[0], low half
+        labels["deny"] = len(body)
+        body.append((RET, DENY, None))
+        body = [(code, labels[to] - i - 1 if to else 0, 0, k) for i, (code, k, to) in enumerate(body)]
         prog += [(LD, 0, 0, 4), (JEQ, 0, len(body), arch)] + body    # seccomp_data.arch; skip if another
     prog.append((RET, 0, 0, ALLOW))
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)

@@ -626,7 +626,10 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
                                "grep CapEff /proc/self/status; cat /proc/sys/kernel/core_pattern > core; "
                                "cat core > /proc/sys/kernel/core_pattern && echo SYSCTL-WRITTEN; "
                                "python3 -c 'import ctypes; print(\"KEY\", ctypes.CDLL(None).syscall("
-                               f"{SB.KEYRING_SYSCALLS[0xC000003E][0]}, b\"user\", b\"k\", b\"v\", 1, -3))'; id -u"]
+                               f"{SB.KEYRING_SYSCALLS[0xC000003E][0]}, b\"user\", b\"k\", b\"v\", 1, -3))'; "
+                               "python3 -c 'import socket\nfor f in (socket.AF_VSOCK, socket.AF_INET):\n try: "
+                               "socket.socket(f).close(); print(\"SOCK\", f, \"ok\")\n except OSError as e: "
+                               "print(\"SOCK\", f, e.errno)'; id -u"]
     p = subprocess.run(argv, capture_output=True, text=True, **SB.spawn_kw(argv))
     SB.close_fds(argv)
     assert ORACLE not in p.stdout and "No such file" in p.stderr
@@ -638,6 +641,7 @@ def test_bwrap_hides_a_suite_or_project_that_lives_under_a_system_dir(tmp_path, 
     assert "SYSCTL-WRITTEN" not in p.stdout and "core_pattern" in p.stderr
     if os.uname().machine == "x86_64":              # no keyring: keys would join all sandboxes (red team)
         assert "KEY -1" in p.stdout, p.stdout
+    assert "SOCK 40 1" in p.stdout and "SOCK 2 ok" in p.stdout, p.stdout    # no vsock (EPERM); inet as ever
     assert p.stdout.split()[-1] == (str(SB.NOBODY) if os.geteuid() == 0 else str(os.geteuid()))
 
 

@@ -597,7 +597,7 @@ def serve_py(args, env, **kw):
 
 @pytest.fixture
 def cache_env(tmp_path):
-    env = dict(os.environ, HARNESS_RL_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, HARNESS_RL_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     env.pop("HARNESS_RL_API_KEY", None)
     return env
 
@@ -625,7 +625,12 @@ def test_serve_py_takes_train_pys_tiny_model_and_answers_a_chat(cache_env, tmp_p
         assert (tmp_path / "cache" / "tiny-lfm3" / "config.json").is_file()
         assert not [f for f in (tmp_path / "cache").iterdir() if f.name.startswith(".")]     # no temp folder left
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:           # where it hangs: faulthandler's dump of every thread
+            p.send_signal(signal.SIGABRT)
+            _, err = p.communicate(timeout=30)
+            pytest.fail(f"serve.py still running 60 s after Ctrl-C; its threads:\n{err[-6000:]}")
         assert p.returncode == 0 and "Traceback" not in err, err
     finally:
         if p.poll() is None:
