@@ -21,6 +21,7 @@ import hmac
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -438,6 +439,9 @@ def main(argv=None):
             srv.engine.adapters[name] = lpath
     except (C.CheckpointError, L.AdapterError) as e:
         sys.exit(f"serve.py: {e}")
+    # Ctrl-C stops it whatever its parent left: SIGINT ignored (a background job) or blocked (seen under pytest)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         asyncio.run(_serve(srv, args.host, args.port))
     except KeyboardInterrupt:

@@ -605,7 +605,10 @@ def cache_env(tmp_path):
 def test_serve_py_takes_train_pys_tiny_model_and_answers_a_chat(cache_env, tmp_path):
     """`python serve.py --model tiny --port 0`: the tiny checkpoint written into the (empty) cache as train.py
     writes it, the port it bound printed, a real chat answered, and Ctrl-C ends it without a traceback."""
-    p = serve_py(["--model", "tiny", "--port", "0"], cache_env)
+    def deaf():         # as a parent may leave it: SIGINT ignored and blocked (a full CI run did, by some test)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    p = serve_py(["--model", "tiny", "--port", "0"], cache_env, preexec_fn=deaf)
     try:
         line, deadline = "", time.time() + 180
         while not line.startswith("serving") and time.time() < deadline and p.poll() is None:
