@@ -9,14 +9,14 @@ sandbox's own 127.0.0.1:PORT - the port the proxy has on the host, so the harnes
 of the proxy stay as they are - and copies each connection to the socket, both ways. It starts the harness as its
 child (stdin, stdout, stderr and environment passed through) and exits with the harness's exit code.
 
-Stdlib only, no project import: the sandbox shows this one file (rollout.py imports `pipe` from it). Left out: anything but TCP on 127.0.0.1:PORT.
+Stdlib only, no project import: the sandbox shows this one file. Left out: anything but TCP on 127.0.0.1:PORT.
 """
 import asyncio
 import sys
 
 
 async def pipe(reader, writer):
-    """Copy one direction of a connection until EOF (rollout.py's per-rollout socket uses it too)."""
+    """Copy one direction of a connection until EOF, then half-close."""
     try:
         while data := await reader.read(1 << 16):
             writer.write(data)

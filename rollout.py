@@ -48,7 +48,6 @@ import sandbox as SB
 from servers import MAX_BODY, ChatStream
 import taskenv as E
 from guard import guard_for
-from relay import pipe
 
 CONTEXT_ERROR = "maximum context length"
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
@@ -137,24 +136,24 @@ class Proxy:
     async def open_socket(self, r: Rollout):
         """One rollout's way in from its own network namespace (bound into its sandbox, served there by relay.py): a
         Unix socket forwarded to this proxy, MAX_CONNECTIONS at once (not the trainer's file descriptors)."""
-        open_now, path = [0], os.path.join(self.socket_dir, f"{r.id}.sock")
+        forwards, path = set(), os.path.join(self.socket_dir, f"{r.id}.sock")
 
         async def forward(reader, writer):
-            if open_now[0] >= MAX_CONNECTIONS:
-                writer.close()
-                return
-            open_now[0] += 1
+            if len(forwards) >= MAX_CONNECTIONS:
+                return writer.close()
+            forwards.add(task := asyncio.current_task())    # held here (else collected while pending), cancelled at end
             try:
                 up_reader, up_writer = await asyncio.open_connection(*self.url.rsplit("/", 1)[1].split(":"))
-                await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+                await asyncio.gather(SB.pipe(reader, up_writer), SB.pipe(up_reader, writer))
                 up_writer.close()
             except OSError:
                 pass
             finally:
-                open_now[0] -= 1
+                forwards.discard(task)
                 writer.close()
         server = await asyncio.start_unix_server(forward, path)
         os.chmod(path, 0o666)               # the sandbox's user connects to it (its dir stays 0700)
+        server.forwards = forwards
         return server, path
 
     def base_url(self, rollout: Rollout):
@@ -406,7 +405,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if proc is not None:
             SB.kill(proc.pid)
         if socket_server is not None:
-            socket_server.close()
+            socket_server.close(), [t.cancel() for t in list(socket_server.forwards)]
             Path(proxy.socket_dir, f"{r.id}.sock").unlink(missing_ok=True)
         proxy.unregister(r)
         r.finished = time.time()

@@ -258,6 +258,19 @@ def wait_dead(pids, timeout=10.0):
         time.sleep(0.02)
 
 
+async def pipe(reader, writer):
+    """Copy one direction of a connection until EOF, then half-close: a rollout's Unix socket forwarded to its proxy
+    (rollout.py). relay.py, inside the sandbox, has its own copy: the sandbox shows that file alone."""
+    try:
+        while data := await reader.read(1 << 16):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
+
+
 def read_untrusted(path, limit=65536, tail=False) -> bytes:
     """A file a sandbox could have written (a reward file, a log, a usage file), read by us - maybe as root:
     not through a link (it could point at a solution or /proc/self/environ), only a regular file (a FIFO
