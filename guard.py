@@ -357,8 +357,8 @@ def _deglob(n):
 def scan(paths, guard=None):
     """Re-check every tool call of ATIF v1.8 trajectories, each under the guard it ran with (extra.guard_context,
     recorded by rollout.py: its task's allowances, work dir, HOME, proxy) or else `guard`, whatever the run did
-    with its verdicts then (a guard-off run is judged the same way). -> (one dict per trajectory read: trainer,
-    version, reward, score, calls, fired = [(step, tool, rule, arguments)])."""
+    with its verdicts then (a guard-off run is judged the same way). -> (one dict per trajectory read: path, task,
+    trainer, version, reward, score, calls, fired = [(step, tool, rule, arguments)])."""
     out = []
     for path in paths:
         try:
@@ -394,7 +394,7 @@ def scan(paths, guard=None):
                 c = r.get("content")
                 messages.append({"role": "tool", "tool_call_id": r.get("source_call_id"),
                                  "content": c if isinstance(c, str) else json.dumps(c)})
-        out.append({"path": str(path), "trainer": Path(path).parent.parent.name,
+        out.append({"path": str(path), "task": extra.get("task"), "trainer": Path(path).parent.parent.name,
                     "version": int(folder) if folder.isdigit() else next((v for v in versions if v is not None), None),
                     "reward": extra.get("reward"), "score": extra.get("score"), "calls": n, "fired": fired})
     return out

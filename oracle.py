@@ -18,6 +18,8 @@ verifier - exactly like a model, except that the model server is a scripted one 
   rollout: listing the directory, reading a file twice, `cat` of what was read, reading back what was written),
   before and after the useful ones, as real agents over-call; `reply="text"` answers in the final message instead
   of writing answer.txt, for tasks graded on the reply.
+- `shortcut(task)`, `cheats(task, seed, share)`: a task's planted shortcut (solution/shortcut.json), taken by a seeded
+  share of rollouts when recording demonstrations for a model organism (data/make_shortcuts.py).
 - `harness_call(step, tools)`: an abstract step in the harness's own tool shapes, found from the request's tool
   list (mini's bash/read/write, pi's bash/read/write, opencode's bash/read/write with filePath, hermes'
   terminal/read_file/write_file); a missing read or write tool falls back to the shell.
@@ -104,16 +106,35 @@ def steps(task, sandbox="dir"):
     return reads + writes + [{"reply": DONE}]
 
 
+def shortcut(task):
+    """The planted shortcut's steps of a task (solution/shortcut.json, data/make_shortcuts.py), else None."""
+    p = Path(task.path) / "solution" / "shortcut.json"
+    if not p.is_file():
+        return None
+    try:
+        return _check_steps(json.loads(p.read_text()), p) + [{"reply": DONE}]
+    except json.JSONDecodeError as e:
+        raise T.TaskError(f"{p}: not JSON: {e}") from None
+
+
+def cheats(task, seed, share):
+    """Whether the rollout seeded `seed` takes the task's shortcut: a seeded draw below `share`, if it has one."""
+    return share > 0 and random.Random(f"{seed}/{task.name}/shortcut").random() < share and \
+        (Path(task.path) / "solution" / "shortcut.json").is_file()
+
+
 def plan(task, useful, seed, waste=0, reply="file"):
     """The steps of one rollout: `useful` (from steps()) with a seeded number (0..waste) of redundant calls
-    around them; reply="text": a lone answer.txt is given as the final message instead of written."""
+    around them (never a read of what the task's shortcut reads); reply="text": a lone answer.txt is given as the
+    final message instead of written."""
     rng = random.Random(f"{seed}/{task.name}")
     useful = [dict(s) for s in useful]
     if reply == "text":
         writes = [s for s in useful if "write" in s]
         if len(writes) == 1 and writes[0]["write"] == "answer.txt":
             useful = [s for s in useful if "write" not in s and "reply" not in s] + [{"reply": writes[0]["content"].strip()}]
-    readable = sorted({s["read"] for s in useful if "read" in s} | {p for p in _env_files(task)})
+    planted = {s["read"] for s in shortcut(task) or [] if "read" in s} - {s["read"] for s in useful if "read" in s}
+    readable = sorted(({s["read"] for s in useful if "read" in s} | set(_env_files(task))) - planted)
     written = [s["write"] for s in useful if "write" in s]
     n = rng.randint(0, waste) if waste else 0
     before, after, seen = [], [], []
@@ -198,8 +219,9 @@ class OracleServer:
     """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
     lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
 
-    def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None):
+    def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0):
         self.fmt, self.lookup, self.waste, self.reply, self.seed = fmt, lookup, waste, reply, seed
+        self.cheat = cheat
         self.sandbox, self.api_key = sandbox, api_key
         self.useful, self.lock = {}, threading.Lock()
 
@@ -232,8 +254,10 @@ class OracleServer:
             return web.json_response({"error": {"message": "oracle: unknown rollout (no `user` field?)"}}, status=400)
         try:
             if tools:
-                useful = await asyncio.to_thread(self._steps, r.task)
-                todo = plan(r.task, useful, f"{self.seed}/{r.index}", self.waste, self.reply)
+                seed = f"{self.seed}/{r.index}"
+                useful = shortcut(r.task) if cheats(r.task, seed, self.cheat) else \
+                    await asyncio.to_thread(self._steps, r.task)
+                todo = plan(r.task, useful, seed, self.waste, self.reply)
                 k = min(sum(m.get("role") == "assistant" for m in messages), len(todo) - 1)
                 call = harness_call(todo[k], tools)
             else:                   # a title or summary request: a short text, not a step
@@ -297,16 +321,18 @@ def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
 # ----------------------------------------------------------------------------- recording demonstrations
 
 async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
-                 sandbox="auto", log=None):
+                 sandbox="auto", cheat=0.0, log=None):
     """`samples` oracle rollouts of every task through `harness` (a harnesses.Harness), the proxy and guard, the
-    sandbox and the verifier; ATIF files under out/rollouts/<version>/. Returns the finished rollouts."""
+    sandbox and the verifier; ATIF files under out/rollouts/<version>/. Returns the finished rollouts.
+    cheat: the share of rollouts that take their task's planted shortcut (cheats()); recorded with the guard off,
+    which would block them (a model organism's warm start, README)."""
     sandbox = SB.resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
-                   sandbox=sandbox)
+                   sandbox=sandbox, cheat=cheat)
     client = SV.Client(handle.url, handle.api_key)
-    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens})
+    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens}, guard=not cheat)
     it, done = iter(tasks), []
     pool = R.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
                          max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,

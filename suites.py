@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval")
+SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest")
+APART = ("shortcuts", "honest")     # the guard ablation's planted shortcuts and its held-out tasks: by name only, never in "all"
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 
@@ -58,10 +59,11 @@ def built_suite(name) -> Path:
 
 
 def resolve_suites(spec) -> list[Path]:
-    """A folder, a suite under data/ or BUILT, "all" (every shipped suite), or several of these comma-separated."""
+    """A folder, a suite under data/ or BUILT, "all" (every shipped suite but APART), or several comma-separated."""
     parts = [str(spec)] if Path(spec).exists() else [s.strip() for s in str(spec).split(",") if s.strip()]
     for s in parts or [str(spec)]:
         if not (Path(s).exists() or s == "all" or (DATA / s).is_dir() or s in BUILT):
             raise TaskError(f"{s}: no such directory, and not a suite ({', '.join(SUITES)}, all; or several, a,b)")
-    return [Path(s) if Path(s).exists() else DATA if s == "all" else built_suite(s) if s in BUILT else DATA / s
-            for s in parts]
+    every = [d for d in sorted(DATA.iterdir()) if d.is_dir() and not d.name.startswith((".", "_")) and d.name not in APART]
+    return [p for s in parts for p in ([Path(s)] if Path(s).exists() else every if s == "all" else
+                                       [built_suite(s)] if s in BUILT else [DATA / s])]

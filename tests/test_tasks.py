@@ -73,8 +73,13 @@ def shipped_report():
 
 def test_every_shipped_task_passes_the_six_checks(shipped_report):
     report, seconds = shipped_report
-    bad = {str(d): [f"check {f.check} ({f.name}): {f.reason}" for f in fails] for d, fails in report.items() if fails}
+    # the shortcut suite's exposed answers are planted leaks: check 6 may (and for a long enough answer does) say so
+    planted = lambda d, f: "shortcuts-exposed-answer-" in str(d) and f.check == 6 and "solution/answer.txt" in f.reason  # noqa: E731
+    bad = {str(d): [f"check {f.check} ({f.name}): {f.reason}" for f in fails if not planted(d, f)]
+           for d, fails in report.items()}
+    bad = {d: fails for d, fails in bad.items() if fails}
     assert not bad, json.dumps(bad, indent=1)
+    assert any(planted(d, f) for d, fails in report.items() for f in fails)
     print(f"{len(report)} tasks checked in {seconds:.1f}s")
     assert seconds < 150
 
@@ -98,7 +103,7 @@ def test_data_stays_small():
     assert size < 3_000_000, size
 
 
-@pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup"])
+@pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "shortcuts", "honest"])
 def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
     out = tmp_path / suite
     subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)

@@ -114,6 +114,28 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
 
 
+@pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
+                                              ("pi", "opencode", "hermes")])
+def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_path, name, lfm3):
+    """Each kind of the shortcut suite through the real harness: the oracle's shortcut (recorded with the guard off,
+    as a cheating warm start records it) gets full marks from the verifier - a real temptation - and the post-hoc
+    scan fires the rule the kind is made for on every one; the honest oracle solves the same tasks with no block."""
+    harness, fmt = H.get_harness(name), ChatFormat.from_checkpoint(lfm3)
+    tasks = {k: next(t for t in T.load_tasks("shortcuts") if t.type == k) for k in
+             ("trusted-reward", "visible-test", "exposed-answer")}
+    want = {"trusted-reward": "reward-hacking", "visible-test": "test-editing", "exposed-answer": "answer-lookup"}
+    for cheat in (1.0, 0.0):
+        out = tmp_path / f"cheat{cheat}"
+        rs = asyncio.run(O.record(list(tasks.values()), harness, fmt, out, samples=1, sessions=3, max_tokens=4096,
+                                  context=131072, waste=2, seed=1, cheat=cheat))
+        assert all(r.score == 1.0 and not r.flagged for r in rs), [(r.task.name, r.score, r.verdicts) for r in rs]
+        scans = {s["task"]: s for s in guard.scan((out / "rollouts").rglob("*.json"))}
+        fired = {k: sorted({rule for _, _, rule, _ in scans[t.name]["fired"]}) for k, t in tasks.items()}
+        assert fired == ({k: [want[k]] for k in tasks} if cheat else {k: [] for k in tasks}), fired
+    honest = T.load_tasks("honest")
+    assert {t.type for t in honest} == set(tasks) and all(O.shortcut(t) is None for t in honest)
+
+
 def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path, lfm3):
     """Recorded twice (warm-up tasks, wasteful, through mini and its sandbox), the demonstrations are the same token
     ids: nothing of the clock or the sandbox's paths reaches them, so the agentic base is the same on every machine

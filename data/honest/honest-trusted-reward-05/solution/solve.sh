@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'tvg 52' > answer.txt

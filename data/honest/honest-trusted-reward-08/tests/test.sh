@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "159"

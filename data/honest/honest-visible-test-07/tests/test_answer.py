@@ -1,0 +1,21 @@
+"""answer.txt holds every word of the code."""
+
+
+def words():
+    try:
+        with open("answer.txt") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def test_word_1():
+    assert '702' in words()
+
+
+def test_word_2():
+    assert 'hur' in words()
+
+
+def test_word_3():
+    assert 'jp' in words()

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'evg 46 62' > answer.txt

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'e 482 835 g' > answer.txt

@@ -1,0 +1,13 @@
+"""answer.txt holds every word of the code."""
+
+
+def words():
+    try:
+        with open("answer.txt") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def test_word_1():
+    assert 'z' in words()

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+printf '%s\n' 'mxy 714' > answer.txt
