@@ -5,7 +5,7 @@ a variable (an unknown target), subprocess calls (read as shell), sockets, datas
 and reads of credentials (environment dumps, secret-named variables, model-API SDKs).
 
 Left out: parsing (control flow; a path held in a variable is not followed), strings built at run time (chr(),
-reversed, joined names), what an imported module does.
+joined names; a literal reversed with [::-1] is read reversed), what an imported module does.
 """
 import re
 import warnings
@@ -19,6 +19,13 @@ _CODE_CRED = re.compile(r"(?:print|pprint|dumps?|str|repr|list|sorted|write)\s*\
                         r"(?:TOKEN|API_?KEY|SECRET|PASSWORD|CREDENTIALS?|ACCESS_KEY)\b|^\s*(?:import|from)\s+"
                         r"(?:openai|litellm|anthropic|google\.generativeai|groq|mistralai|cohere)\b|"
                         r"require\(\s*['\"](?:openai|@anthropic-ai/sdk)", re.M)
+# the environment as a whole, copied into a name (env = os.environ.copy(), dict(os.environ), {**os.environ}): a dump
+# when that name then reaches output or is walked (print(env), json.dumps(env), env.items(), for k in env)
+_ENV_ALIAS = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(?:dict\s*\(\s*|\{\s*\*\*\s*|copy\.(?:deep)?copy\s*\(\s*)?(?:os\.)?"
+                        r"environ\b(?!\s*\[|\s*\.\s*(?:get|setdefault|pop)\b)")
+_ENV_SINK = r"(?:print|pprint|dumps?|str|repr|list|sorted|write|format)\s*\(\s*(?:dict\s*\(\s*)?{0}\b(?:\.copy\(\))?\s*[,)]" \
+            r"|\b{0}\s*\.\s*(?:items|keys|values)\s*\(|\bfor\s+\w+(?:\s*,\s*\w+)?\s+in\s+{0}\b|\{{\s*{0}\s*[!:}}]"
+_REVERSED = re.compile(r"""(['"])([^'"\\\n]{1,4096})\1\s*\[\s*:\s*:\s*-1\s*\]""")     # a literal reversed: read as it runs
 _PYSTR = re.compile(r"""[rRbBuUfF]{0,2}(?:'''(.*?)'''|\"\"\"(.*?)\"\"\"|'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)")""",
                     re.S)
 _CONCAT = re.compile(r"""(?<!['"\\])(['"])(?:\s*\+\s*|[ \t]+)\1(?!\1)""")       # 'a' + 'b' -> 'ab'
@@ -41,7 +48,7 @@ _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehu
 def read_code(sh, src):
     """Reads `src` into sh.f: literals, writes, subprocesses, sockets, dataset fetches, credential reads."""
     f = sh.f
-    src = _CONCAT.sub("", src)
+    src = _REVERSED.sub(lambda m: m.group(1) + m.group(2)[::-1] + m.group(1), _CONCAT.sub("", src))   # 'cba'[::-1]
     f.code.append(src)
     for m in _PYSTR.finditer(src):
         lit = unescape(next(g for g in m.groups() if g is not None))
@@ -78,8 +85,17 @@ def read_code(sh, src):
         elif "/" in ref:
             ds = fn == "load_dataset" or "dataset" in rest
             f.targets.append(f"https://huggingface.co/{'datasets/' if ds else ''}{ref}")
-    if _CODE_CRED.search(src):
+    if _CODE_CRED.search(src) or _env_dump(src):
         f.hits.add("credentials")
+
+
+def _env_dump(src):
+    """Whether code prints, serializes or walks the whole environment: directly (print(os.environ.copy())) or through
+    a name that holds a copy of it (e = os.environ.copy(); print(e)). A copy passed on as env= is no dump."""
+    if "environ" not in src:
+        return False
+    names = ["(?:os\\.)?environ"] + [re.escape(m.group(1)) for m in _ENV_ALIAS.finditer(src)][:20]
+    return any(re.search(_ENV_SINK.format(n), src) for n in names)
 
 
 def _lit(m, i):

@@ -375,6 +375,9 @@ class _Shell:
             f.words.append(out)
         elif name == "cat" and not pos:
             out = stdin
+        elif name == "rev" and not pos and (stdin or prev) is not None:      # a path spelled backwards, turned round
+            out = "\n".join(line[::-1] for line in (stdin or prev).split("\n"))
+            f.words.append(out)
         self.redirect(redirs, stdin if name == "cat" else None, out)
         return out
 
