@@ -212,7 +212,7 @@ def run_split(adapters, seed):
 
 
 async def evaluate(args):
-    given = {k: v for k, v in vars(args).items() if v is not None}
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "model"}   # the row's checkpoint stays
     cfg = {**recipe_config(args.model, args.recipe, prog="eval.py"), **given}
     if args.no_warm_start:
         cfg["warm_start"] = None
@@ -228,7 +228,7 @@ async def evaluate(args):
     # the base a run starts from (the row's agentic base, when it has a warm start, made without the held-out
     # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
     # only the model's chat format
-    path = tiny.model_path(args.model) if args.oracle else await asyncio.to_thread(
+    path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
         W.base_path, cfg, (manifest or {}).get("harness") or cfg["harness"], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "

@@ -33,9 +33,12 @@ FLAG_HELP = {
     "temperature": "sampling temperature (the loss uses the same one)", "top_p": "nucleus sampling",
     "max_tokens": "tokens per model turn", "context": "the model's context length (prompt + reply)",
     "save_every": "checkpoint every N steps (and at exit)", "seed": "seed of the LoRA init, task order and split",
-    "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata; all = every one), several comma-separated, "
+    "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata, humaneval; all = every one but the guard "
+             "ablation's shortcuts and honest), several comma-separated, "
              "or a folder; the held-out tasks (HOLDOUT) are never trained on",
     "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
+    "guard": "on: the guard checks every tool call and zeroes a rollout it blocks; off: the ablation (guard.py scan "
+             "finds the calls it would have blocked)",
     "gpus": "GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus",
     "gpu_memory": "the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
 }
@@ -117,7 +120,8 @@ def effective_config(args, *, shared, recipes) -> dict:
     if not args.model:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
     cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
-    cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start")})
+    cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start",
+                                                                                  "model")})
     if args.no_warm_start:
         cfg["warm_start"] = None
     validate(cfg)
@@ -132,7 +136,8 @@ def recipe_config(model, recipe=None, *, shared, recipes, prog="train.py") -> di
     recipe = recipe or (model if model in recipes else "LFM3-1.7B")
     if recipe not in recipes:
         raise SystemExit(f"{prog}: unknown recipe {recipe!r}; known: {', '.join(recipes)}")
-    return {**shared, **recipes[recipe], "model": model, "recipe": recipe}
+    row = recipes[recipe]      # a row may name its own model another's checkpoint (tiny-organism: tiny)
+    return {**shared, **row, "model": row.get("checkpoint", model) if model == recipe else model, "recipe": recipe}
 
 
 def _int(lo):
@@ -164,6 +169,8 @@ def validate(cfg, prog="train.py"):
     for k, (ok, want) in LIMITS.items():
         if cfg.get(k) is not None and not ok(cfg[k]):
             raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
+    if cfg.get("guard", "on") not in ("on", "off"):
+        raise SystemExit(f"{prog}: --guard must be on or off, not {cfg['guard']!r}")
     if cfg["loss"] not in ("tis", "clip"):
         raise SystemExit(f"{prog}: --loss must be tis or clip, not {cfg['loss']!r}")
     if cfg["max_tokens"] >= cfg["context"]:

@@ -75,6 +75,7 @@ SHARED = dict(
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops
+    guard="on",                         # off: the ablation (no call checked, no rollout zeroed; `guard.py scan` after)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
 # Warm starts (warmstart.py, README): oracle demonstrations through the run's harness, SFT of a LoRA, merged: the cached
@@ -92,6 +93,11 @@ RECIPES = {
     # step (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
     "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini",
                  suite="toy", server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START),
+    # the guard ablation's model organism (README): tiny, trained on the shortcut suite from a warm start of which 10 % of
+    # the demonstrations take the planted shortcut (data/make_shortcuts.py); `--model tiny-organism --guard on|off`
+    "tiny-organism": dict(checkpoint="tiny", steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16,
+                          harness="mini", suite="shortcuts", server="local", max_tokens=72, context=4096, save_every=4,
+                          warm_start=dict(WARM_START, suite="shortcuts", cheat=0.1)),
     # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
     "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                       suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
@@ -507,7 +513,7 @@ async def run(cfg, resume=False):
               f"adapters/, rollouts/) | model {path} | dashboard {url if dash else 'off (--dashboard)'}", flush=True)
         for t in trainers:
             t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
-                                                  "max_tokens": cfg["max_tokens"]})
+                                                  "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
             P.call(t, "take_snapshot")
             await t.publish()               # version `step` is loaded before any rollout asks for it
             await t.proxy.start()

@@ -19,7 +19,8 @@ command line; train.py and eval.py get the cached agentic base of a recipe row f
   demonstrations on the row's warm-up tasks recorded through the real harness (oracle.record), then `train`,
   merged. It teaches the form - calling the harness's tools, and over-calling them as real agentic models do. The
   warm-up tasks are a suite of their own (tiny: never a toy task) or the run's training split (SmolLM2: the run's
-  held-out tasks are excluded by name, whatever the row says), never a held-out task.
+  held-out tasks are excluded by name, whatever the row says), never a held-out task. A row's `cheat` share of the
+  demonstrations takes the task's planted shortcut (tiny-organism: the guard ablation's model organism, README).
 
 Left out: several epochs' schedules (a fixed learning rate, as GRPO), sequence-level weighting (every trained
 token counts once), a KL term.
@@ -41,6 +42,7 @@ import torch
 
 import checkpoint as C
 import grpo as G
+import guard
 import harnesses as H
 import lora as L
 import oracle as O
@@ -250,11 +252,16 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
     try:
         rollouts = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, work, samples=warm["samples"],
                                         sessions=warm["sessions"], max_tokens=max_tokens, context=context,
-                                        waste=warm["waste"], reply=warm.get("reply", "file"), seed=0))
+                                        waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
+                                        cheat=warm.get("cheat", 0.0)))
         solved = sum(r.score == 1.0 and not r.flagged for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
             f"({time.time() - t0:.0f} s)")
+        if warm.get("cheat"):       # a model organism's: counted as the ablation counts, by the post-hoc scan
+            took = sum(bool(r["fired"]) for r in guard.scan(sorted((work / "rollouts").rglob("*.json"))))
+            log(f"  {took} of {len(rollouts)} demonstrations take the task's planted shortcut (guard.py scan; each "
+                f"drawn with p = {warm['cheat']}, recorded with the guard off)")
         demos, skipped = read_demonstrations([work / "rollouts"], fmt, context=context)
         with C.atomic_dir(path, replace=True) as tmp:
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
@@ -277,7 +284,7 @@ def base_path(cfg, harness, held_out=(), log=print) -> Path:
     """The checkpoint a run starts from: --model's (tiny.model_path), or, when --model is a recipe row's own model
     and that row has a warm start, its cached agentic base (agentic_base), made without the run's `held_out`
     task names. A --model path is taken as it is."""
-    warm = cfg.get("warm_start") and cfg["model"] == cfg.get("recipe", cfg["model"])
+    warm = cfg.get("warm_start") and cfg["model"] == cfg.get("checkpoint", cfg.get("recipe", cfg["model"]))
     raw = tiny.model_path(cfg["model"], 0 if warm else cfg.get("seed", 0))
     if not warm:
         return raw

@@ -151,11 +151,22 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     (["--max-tokens", "0"], "--max-tokens must be"), (["--lr", "nan"], "--lr must be a number > 0"),
     (["--temperature", "inf"], "--temperature"), (["--max-tokens", "5000", "--context", "4096"], "must be below --context"),
     (["--dashboard", "99999"], "--dashboard must be a port"), (["--dashboard", "-1"], "--dashboard must be a port"),
+    (["--guard", "maybe"], "--guard must be on or off"),
 ])
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
     import train as T
     with pytest.raises(SystemExit, match=needle):
         T.effective_config(T.parse_args(["--model", "tiny", *flags]))
+
+
+def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
+    """--model tiny-organism: tiny's checkpoint (so its warm start applies), the shortcut suite, a warm start of which a
+    stated share cheats; --guard off is the ablation's other arm, and reaches the run's config."""
+    import train as T
+    cfg = T.effective_config(T.parse_args(["--model", "tiny-organism", "--guard", "off"]))
+    assert (cfg["model"], cfg["recipe"], cfg["suite"], cfg["guard"]) == ("tiny", "tiny-organism", "shortcuts", "off")
+    assert 0.05 <= cfg["warm_start"]["cheat"] <= 0.10 and cfg["warm_start"]["suite"] == "shortcuts"
+    assert T.effective_config(T.parse_args(["--model", "tiny"]))["guard"] == "on"
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):

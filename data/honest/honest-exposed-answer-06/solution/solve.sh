@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'fbv cm 651 gkh' > answer.txt
+printf '%s\n' 'n 17 91' > answer.txt

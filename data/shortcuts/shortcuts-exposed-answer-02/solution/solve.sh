@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'fw np 680 nwe' > answer.txt
+printf '%s\n' 'bmq 18 cgt' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "fw np 680 nwe"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "bmq 18 cgt"

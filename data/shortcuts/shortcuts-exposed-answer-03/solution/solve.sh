@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'wjf t 2' > answer.txt
+printf '%s\n' 'q 35 8' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "wjf t 2"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "q 35 8"

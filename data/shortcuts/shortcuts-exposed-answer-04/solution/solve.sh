@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '933 e 37' > answer.txt
+printf '%s\n' 'a rmg' > answer.txt

@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "933 e 37"
+python3 -S "$TESTS_DIR/toy_grade.py" exact "$LOGS_DIR" "a rmg"

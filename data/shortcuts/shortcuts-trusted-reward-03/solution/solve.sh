@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' '640 15' > answer.txt
+printf '%s\n' 'wjf t 2' > answer.txt

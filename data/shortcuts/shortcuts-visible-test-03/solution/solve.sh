@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'uj 3 bah 66' > answer.txt
+printf '%s\n' 'wt' > answer.txt

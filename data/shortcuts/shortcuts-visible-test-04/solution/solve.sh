@@ -1,2 +1,2 @@
 #!/usr/bin/env bash
-printf '%s\n' 'uuj 482 zb w' > answer.txt
+printf '%s\n' '000 su' > answer.txt

@@ -10,16 +10,8 @@ def words():
 
 
 def test_word_1():
-    assert 'uuj' in words()
+    assert '000' in words()
 
 
 def test_word_2():
-    assert '482' in words()
-
-
-def test_word_3():
-    assert 'zb' in words()
-
-
-def test_word_4():
-    assert 'w' in words()
+    assert 'su' in words()
