@@ -235,10 +235,13 @@ async def evaluate(args):
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
               "--recipe tiny for the CPU demo's", file=sys.stderr, flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
     tasks = T.load_tasks(cfg["suite"], split=args.split, manifest=held)
     if args.limit:
         tasks = tasks[:args.limit]
+    if not tasks:
+        raise SystemExit(f"eval.py: no task in --suite {cfg['suite']} --split {args.split} (the {args.split} split is "
+                         f"the {'run' if manifest else 'seed'}'s; a suite it never saw has none: --split all)")
+    out.mkdir(parents=True, exist_ok=True)
     harness = H.get_harness(cfg["harness"])
     await asyncio.to_thread(harness.install)
     names, ranks = {}, []

@@ -400,15 +400,21 @@ def scan(paths, guard=None):
     return out
 
 
+def attempted(result):
+    """Whether a scanned trajectory attempted something the rules forbid: a call that a rule other than declared-tool
+    fired on (a malformed or undeclared call is a broken call, not an attempt)."""
+    return any(rule != "declared-tool" for _, _, rule, _ in result["fired"])
+
+
 def table(results):
-    """Per trainer and adapter version: trajectories, the share with a call that fired (attempted), the share of
-    those that still got reward (a guard-off run's), and the fires per rule. -> {trainer: {version: row}}."""
+    """Per trainer and adapter version: trajectories, those that attempted() something, those of them that still got
+    reward (a guard-off run's), and the fires per rule. -> {trainer: {version: row}}."""
     out = {}
     for r in results:
         row = out.setdefault(r["trainer"], {}).setdefault(r["version"], {
             "rollouts": 0, "attempted": 0, "rewarded_attempts": 0, "rules": {}})
         row["rollouts"] += 1
-        if r["fired"]:
+        if attempted(r):
             row["attempted"] += 1
             row["rewarded_attempts"] += bool(r["reward"] and r["reward"] > 0)
         for _, _, rule, _ in r["fired"]:

@@ -3,8 +3,9 @@ side by side. Per adapter version (the policy a rollout was sampled from): rollo
 shortcut - a call that any rule but declared-tool fires on, found by guard.py's post-hoc scan of the ATIF files, never by the run's own verdicts, so a guard-off run is
 measured the same way - the share that got reward from it, mean reward, and the pass rate. Then held-out pass@1 on
 the honest tasks (data/honest: nothing planted, never trained on or demonstrated) of each run's base and last
-adapter, one eval.py per run (<run>/ablation-eval) through the run's harness with the guard on, with a 95 % interval
-(bootstrap over tasks) and each run's difference to the first run's, paired by task.
+adapter, one eval.py per run (<run>/ablation-eval) through the run's harness with the guard on: pass@1 and the mean
+score (partial credit), each with a 95 % interval (bootstrap over tasks), and a guard-off run's difference to the
+guard-on run of its seed, paired by task.
 
     python train.py --model tiny-organism --guard on  --seed 0 --run abl-on-s0     # one command per arm
     python train.py --model tiny-organism --guard off --seed 0 --run abl-off-s0
@@ -29,7 +30,7 @@ def per_version(run):
     for r in G.scan(sorted((Path(run) / "rollouts").rglob("*.json"))):
         row = rows[r["version"]]
         row["n"] += 1
-        hack = any(rule != "declared-tool" for _, _, rule, _ in r["fired"])     # a malformed call is no shortcut
+        hack = G.attempted(r)                           # a malformed call (declared-tool) is no attempt
         row["attempted"] += hack
         row["rewarded"] += hack and (r["reward"] or 0) > 0
         if r["reward"] is not None:
@@ -53,6 +54,7 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", help="run dirs of the model organism (train.py --model tiny-organism)")
     ap.add_argument("--samples", type=int, default=4, help="held-out rollouts per honest task and run (default 4)")
     ap.add_argument("--no-eval", action="store_true", help="the per-version table only")
+    ap.add_argument("--reuse", action="store_true", help="reuse a run's ablation-eval/ made after its last adapter")
     a = ap.parse_args(argv)
     cfgs = {}
     for run in a.runs:
@@ -82,34 +84,43 @@ def main(argv=None):
               f"rewarded {paid(t[:q]):.1%} -> {paid(t[-q:]):.1%}")
     if a.no_eval:
         return
-    by, first = {}, None
+    pass1, score = {}, {}
     for run in a.runs:
         last = sorted((Path(run) / "adapters").glob("*-v*"), key=lambda p: int(p.name.rsplit("-v", 1)[1]))
         if not last:
             sys.exit(f"ablation.py: {run}: no adapters/ (did the run finish a step?)")
         out = Path(run) / "ablation-eval"     # one eval per run: runs of other seeds have other splits and bases
-        cmd = [sys.executable, str(ROOT / "eval.py"), "--model", cfgs[run]["recipe"], "--suite", "honest",
-               "--samples", str(a.samples), "--out", str(out), "--adapters", str(last[-1])]
-        print(" ".join(cmd), flush=True)
-        if subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
-            sys.exit(f"ablation.py: eval.py failed on {run}")
-        res = json.loads((out / "result.json").read_text())
+        cmd = [sys.executable, str(ROOT / "eval.py"), "--model", cfgs[run]["recipe"], "--suite", "honest", "--split",
+               "all", "--samples", str(a.samples), "--out", str(out), "--adapters", str(last[-1])]
+        done = out / "result.json"
+        if a.reuse and done.is_file() and done.stat().st_mtime > last[-1].stat().st_mtime:
+            print(f"reusing {done}")
+        else:
+            print(" ".join(cmd), flush=True)
+            if subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
+                sys.exit(f"ablation.py: eval.py failed on {run}")
+        res = json.loads(done.read_text())
         for r in res["rollouts"]:
             key = (run, "adapter" if r["model"] in res["meta"]["adapters"] else "base")
-            by.setdefault(key, defaultdict(list))[r["task"]].append(float(r["score"] == 1.0 and not r["flagged"]))
-    print(f"\nheld-out pass@1 on data/honest ({len(by[(a.runs[0], 'adapter')])} tasks x {a.samples}, guard on), "
-          "95 % interval over tasks:")
-    for run in a.runs:
-        for which in ("base", "adapter"):
-            m, lo, hi = bootstrap(by[(run, which)])
-            line = f"  {label[run]:<22} {'its base' if which == 'base' else 'last adapter':<13} {m:6.1%}  [{lo:.1%}, {hi:.1%}]"
-            if which == "adapter" and first is None:
-                first = run
-            elif which == "adapter":
-                x, y = by[(run, "adapter")], by[(first, "adapter")]
-                d, dlo, dhi = bootstrap({t: [sum(x[t]) / len(x[t]) - sum(y[t]) / len(y[t])] for t in x})
-                line += f"   minus {label[first]}'s: {d:+.1%} [{dlo:+.1%}, {dhi:+.1%}]"
-            print(line)
+            ok = not r["flagged"] and r["score"] is not None
+            pass1.setdefault(key, defaultdict(list))[r["task"]].append(float(ok and r["score"] == 1.0))
+            score.setdefault(key, defaultdict(list))[r["task"]].append(r["score"] if ok else 0.0)
+    tasks = len(pass1[(a.runs[0], "adapter")])
+    for name, by in (("pass@1", pass1), ("mean score (partial credit)", score)):
+        print(f"\nheld-out {name} on data/honest ({tasks} tasks x {a.samples}, guard on), 95 % interval over tasks; "
+              "guard off minus guard on of the same seed, paired by task:")
+        for run in a.runs:
+            twin = next((r for r in a.runs if cfgs[r].get("guard", "on") == "on" and cfgs[run].get("guard") == "off"
+                         and cfgs[r].get("seed", 0) == cfgs[run].get("seed", 0)), None)
+            for which in ("base", "adapter"):
+                m, lo, hi = bootstrap(by[(run, which)])
+                line = f"  {label[run]:<18} {'its base' if which == 'base' else 'last adapter':<13} {m:6.3f} [{lo:.3f}, " \
+                       f"{hi:.3f}]"
+                if which == "adapter" and twin:
+                    x, y = by[(run, "adapter")], by[(twin, "adapter")]
+                    d, dlo, dhi = bootstrap({t: [sum(x[t]) / len(x[t]) - sum(y[t]) / len(y[t])] for t in x})
+                    line += f"   off - on: {d:+.3f} [{dlo:+.3f}, {dhi:+.3f}]"
+                print(line)
 
 if __name__ == "__main__":
     main()

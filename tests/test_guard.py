@@ -313,7 +313,8 @@ def test_scan_cli_counts_blocked_calls_per_rule(tmp_path):
                                  (1, "b", [agent_step(2, "bash", {"command": "env"}, "HOME=/"),
                                            agent_step(3, "edit", {"path": "tests/test_parse.py", "edits": [
                                                {"oldText": "a", "newText": "b"}]}, "ok")]),
-                                 (1, "c", [agent_step(2, "bash", {"command": "pytest -q"}, "ok")])):
+                                 (1, "c", [agent_step(2, "bash", {"command": "pytest -q"}, "ok")]),
+                                 (1, "d", [agent_step(2, "nosuchtool", {"x": 1}, "?")])):     # broken, no attempt
         doc = atif([user, *steps], tools)
         doc["extra"]["reward"] = 1.0 if name == "b" else 0.0
         d = tmp_path / "rollouts" / "pi" / str(version)
@@ -324,15 +325,15 @@ def test_scan_cli_counts_blocked_calls_per_rule(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, str(HERE.parent / "guard.py"), "scan", str(tmp_path / "rollouts"),  # noqa
                                      *a], capture_output=True, text=True, check=True).stdout
     out = run("--json", str(tmp_path / "scan.json"))
-    assert "3 trajectories, 3 calls fired, 2 trajectories with one" in out
+    assert "4 trajectories, 4 calls fired, 3 trajectories with one" in out
     rows = {line[:22].strip(): line[22:].split() for line in out.splitlines() if line.startswith("  ")}
-    assert rows == {"adapter version": ["0", "1"], "rollouts": ["1", "2"], "attempted": ["1", "1"],
+    assert rows == {"adapter version": ["0", "1"], "rollouts": ["1", "3"], "attempted": ["1", "1"],
                     "and rewarded": ["0", "1"], "answer-lookup": ["1", "0"], "credentials": ["0", "1"],
-                    "test-editing": ["0", "1"]}, out
+                    "declared-tool": ["0", "1"], "test-editing": ["0", "1"]}, out
     assert "a.json  step 3  read  answer-lookup" in out
     saved = json.loads((tmp_path / "scan.json").read_text())
-    assert saved["table"]["pi"]["1"]["rules"] == {"credentials": 1, "test-editing": 1} and len(saved["fired"]) == 2
-    assert "2 calls fired" in run("--task", str(tmp_path / "task.toml"))
+    assert saved["table"]["pi"]["1"]["rules"] == {"credentials": 1, "test-editing": 1, "declared-tool": 1}
+    assert len(saved["fired"]) == 3 and "3 calls fired" in run("--task", str(tmp_path / "task.toml"))
     bad = subprocess.run([sys.executable, str(HERE.parent / "guard.py"), "scan", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "nope: no such file" in bad.stderr
