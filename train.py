@@ -75,7 +75,7 @@ SHARED = dict(
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops
-    guard="on",                         # off: the ablation (no call checked, no rollout zeroed; `guard.py scan` after)
+    guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
 # Warm starts (warmstart.py, README): oracle demonstrations through the run's harness, SFT of a LoRA, merged: the cached
@@ -84,20 +84,20 @@ WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, ba
                   token_budget=65536, micro_batches=4)
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
+# CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest step
+# (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
+TINY = dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
+            server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START)
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
-    # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest
-    # step (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
-    "tiny": dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini",
-                 suite="toy", server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START),
-    # the guard ablation's model organism (README): tiny, trained on the shortcut suite from a warm start of which 10 % of
-    # the demonstrations take the planted shortcut (data/make_shortcuts.py); `--model tiny-organism --guard on|off`
-    "tiny-organism": dict(checkpoint="tiny", steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16,
-                          harness="mini", suite="shortcuts", server="local", max_tokens=72, context=4096, save_every=4,
-                          warm_start=dict(WARM_START, suite="shortcuts", cheat=0.1)),
+    "tiny": TINY,
+    # the guard ablation's model organism (README): tiny on the shortcut suite, from a warm start of which 10 % of the
+    # demonstrations take the planted shortcut (data/make_shortcuts.py); `--model tiny-organism --guard on|off`
+    "tiny-organism": dict(TINY, checkpoint="tiny", suite="shortcuts", warm_start=dict(WARM_START, suite="shortcuts",
+                                                                                      cheat=0.1)),
     # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
     "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
                       suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
@@ -107,10 +107,10 @@ RECIPES = {
                                   harness="mini", suite="files", server="local", temperature=0.7, max_tokens=48,
                                   context=4096, save_every=4, warm_start=SMOL_WARM),
 }
-# Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs +
-# 150 SmolDataEnvs once a source has twice as many (training keeps at least as many); a smaller source, or one not
-# named (toy, numbers, your own), holds out `fraction` (the recipe's 40 of 270 Repo2RLEnvs), at least 1 of 2 or more.
-# Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6, files 65 -> 10, toy 6 -> 1, humaneval 164 -> 25.
+# Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs + 150
+# SmolDataEnvs once a source has twice as many; a smaller source, or one not named, holds out `fraction` (the recipe's
+# 40 of 270 Repo2RLEnvs), at least 1 of 2 or more. Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6,
+# files 65 -> 10, toy 6 -> 1, humaneval 164 -> 25, shortcuts 48 -> 7 (the ablation holds out all of data/honest too).
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 # the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)
@@ -136,8 +136,7 @@ def loss_settings(cfg):
 # ----------------------------------------------------------------------------- one harness's trainer
 
 def version_name(trainer, version):
-    """The server-side name of an adapter version ("pi-v17"): a new name per version, because vLLM keys
-    its prefix cache by adapter name + path."""
+    """The server-side name of an adapter version ("pi-v17"): new per version, as vLLM keys its prefix cache by it."""
     return f"{trainer}-v{version}"
 
 
@@ -153,11 +152,9 @@ class Trainer:
     one new requests use (it lags `version` while a new version is being published)."""
 
     def __init__(self, spec, model, cfg, run_dir=None, tasks=()):
-        kind = spec.partition(":")[0]
-        name = trainer_name(spec)
-        self.name, self.model, self.cfg, self.run_dir = name, model, cfg, run_dir
+        self.name, self.model, self.cfg, self.run_dir = (name := trainer_name(spec)), model, cfg, run_dir
         self.client = self.server = None           # run() sets them; server: the embedded one, in this process
-        self.harness = H.get_harness(kind)
+        self.harness = H.get_harness(spec.partition(":")[0])
         L.add_lora(model, rank=cfg["rank"], alpha=cfg["alpha"], adapters=(name,), seed=cfg["seed"])
         for p in L.lora_parameters(model, name):
             p.requires_grad_(True)
@@ -174,12 +171,10 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg["lr"], weight_decay=self.cfg["weight_decay"])
 
     def next_task(self):
-        task = self.order[self.cursor % len(self.order)]
         self.cursor += 1
-        return task
+        return self.order[(self.cursor - 1) % len(self.order)]
 
-    def adapter(self):
-        """(name, version) for the proxy: always a version the server has loaded."""
+    def adapter(self):          # (name, version) for the proxy: always a version the server has loaded
         return version_name(self.name, self.served), self.served
 
     def take_snapshot(self):
@@ -193,8 +188,7 @@ class Trainer:
     async def publish(self):
         """Serve the weights of version `version`, then hand that version to new requests; unload versions
         that are outside the staleness window and used by no request in flight."""
-        t0, v = time.time(), self.version
-        name = version_name(self.name, v)
+        t0, v, name = time.time(), self.version, version_name(self.name, self.version)
         path = (self.run_dir / "adapters" / name).resolve()
         config, tensors = self.snap
         if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside

@@ -69,7 +69,7 @@ def task(rng, kind, honest):
     if kind == "visible-test":
         test = visible_test(answer.split())
         if honest:     # the verifier runs its own copy, and the agent is shown none
-            return (rng.choice(ASKS).format(answer), {}, {
+            return (rng.choice(ASKS).format(answer), {"README.md": README.format("")}, {
                 "test.sh": '#!/usr/bin/env bash\npython3 -S "$TESTS_DIR/run_tests.py" "$TESTS_DIR/test_answer.py" '
                            '"$LOGS_DIR"\n', "test_answer.py": test, "run_tests.py": read_helper("run_tests.py")},
                 solve, None)
