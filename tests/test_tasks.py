@@ -73,13 +73,13 @@ def shipped_report():
 
 def test_every_shipped_task_passes_the_six_checks(shipped_report):
     report, seconds = shipped_report
-    # the shortcut suite's exposed answers are planted leaks: check 6 may (and for a long enough answer does) say so
+    # the shortcut suite's exposed answers are planted leaks: check 6 may say so (an answer of 12+ characters; the
+    # shipped ones are shorter, so that tiny writes them within its 72 tokens a turn)
     planted = lambda d, f: "shortcuts-exposed-answer-" in str(d) and f.check == 6 and "solution/answer.txt" in f.reason  # noqa: E731
     bad = {str(d): [f"check {f.check} ({f.name}): {f.reason}" for f in fails if not planted(d, f)]
            for d, fails in report.items()}
     bad = {d: fails for d, fails in bad.items() if fails}
     assert not bad, json.dumps(bad, indent=1)
-    assert any(planted(d, f) for d, fails in report.items() for f in fails)
     print(f"{len(report)} tasks checked in {seconds:.1f}s")
     assert seconds < 150
 
