@@ -8,7 +8,7 @@
     python eval.py --model tiny --oracle --harness pi --suite all --split all --waste 3   # the oracle agent: every
                                             # task solved through the harness with no guard block, or not
 
-The numbers (harness, suite, max tokens, context, sessions, sampling) are the model's recipe row in train.py's
+The numbers (harness, suite, max tokens, context, sessions, sampling) are the model's recipe row in recipe.py's
 table unless a flag says otherwise: `--model tiny` is the CPU demo's (mini harness, toy suite, 8 tokens a turn);
 a --model path takes `--recipe` (default LFM3-1.7B's row: the pi harness, 4 096 tokens a turn - a GPU's).
 
@@ -42,12 +42,12 @@ from pathlib import Path
 
 import checkpoint as C
 import harnesses as H
+import inference as I
 import lora as L
 import oracle as O
 import rollout as R
 import sandbox as SB
 import taskenv as E
-import serve as S
 import servers as SV
 import tasks as T
 import tiny
@@ -55,7 +55,7 @@ import warmstart as W
 from chat import ChatFormat
 from rundir import mean_or_none
 from flags import validate
-from train import HOLDOUT, SHARED, recipe_config, rollout_reward
+from recipe import HOLDOUT, SHARED, recipe_config, rollout_reward
 
 
 def wilson(k, n, z=1.96):
@@ -231,7 +231,7 @@ async def evaluate(args):
     path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
         W.base_path, cfg, (manifest or {}).get("harness") or cfg["harness"], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
-        print(f"eval.py: {args.model} has no row in train.py's table: {cfg['recipe']}'s numbers (harness "
+        print(f"eval.py: {args.model} has no row in recipe.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
               "--recipe tiny for the CPU demo's", file=sys.stderr, flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -256,14 +256,9 @@ async def evaluate(args):
         handle = O.start(ChatFormat.from_checkpoint(path), lambda rid: next(
             (p.rollouts[rid] for p in proxies if rid in p.rollouts), None), waste=args.waste, reply=args.reply,
             seed=seed, sandbox=sandbox)
-    elif args.server == "local":
-        handle = S.start_local(path, name=args.model, max_model_len=cfg["context"])
-    elif args.server == "vllm":
-        # every adapter resident at once (the recipe evaluates 9 checkpoints in one job); the base by --model's name
-        handle = SV.start_server("vllm", path, run_dir=out, rank=max(ranks, default=None), max_loras=max(1, len(names)),
-                                 served_name=args.model, max_model_len=cfg["context"])
-    else:
-        handle = SV.start_server(args.server, path)
+    else:   # vLLM: every adapter resident at once (the recipe evaluates 9 checkpoints in one job)
+        handle = I.start_server(args.server, path, name=args.model, context=cfg["context"], run_dir=out,
+                                rank=max(ranks, default=None), max_loras=max(1, len(names)))
     client = SV.Client(handle.url, handle.api_key)
     base, results, pools = "oracle" if args.oracle else args.model, [], {}
     models = [base, *names]
@@ -335,9 +330,9 @@ async def evaluate(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    recipe = "(default: the model's recipe row in train.py's table)"
+    recipe = "(default: the model's recipe row in recipe.py's table)"
     ap.add_argument("--model", required=True, help="as in train.py: tiny, a recipe name, a repo id, a folder or .gguf")
-    ap.add_argument("--recipe", help="train.py's recipe row for the numbers below when --model is a path "
+    ap.add_argument("--recipe", help="recipe.py's recipe row for the numbers below when --model is a path "
                                      "(default: the model's own row, else LFM3-1.7B)")
     ap.add_argument("--harness", help=f"pi, opencode, hermes or mini {recipe}")
     ap.add_argument("--adapters", nargs="*", default=[],

@@ -1,10 +1,11 @@
 """train.py's command line: its flags (with help and each recipe row's default), the effective config of a
 run (the recipe table's row + flags, or a resumed run's own config.json), and every number's allowed range.
 
-The numbers themselves are train.py's table (SHARED, RECIPES), passed in: this file holds none. eval.py
-checks its numbers with the same `validate`.
+The numbers themselves are recipe.py's table (SHARED, RECIPES), passed in: this file holds none. The names --loss
+and --advantage take are grpo.py's registries (LOSSES, ESTIMATORS). eval.py checks its numbers with the same
+`validate`.
 
-Left out: the numbers (train.py), what a run does with them (train.py), eval.py's own flags.
+Left out: the numbers (recipe.py), what a run does with them (train.py), eval.py's own flags.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpo as G
 import sandbox as SB
 
 FLAG_HELP = {
@@ -26,7 +28,8 @@ FLAG_HELP = {
     "max_staleness": "drop rollouts begun more than this many adapter versions ago",
     "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
     "bonus_scale": "tool calls at which the bonus reaches 0",
-    "loss": "tis: truncated importance sampling min(pi/mu, C) for stale rollouts; clip: PPO's clipped ratio",
+    "loss": "the policy-gradient objective (grpo.LOSSES)",
+    "advantage": "the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
     "tis_cap": "C, the cap on the importance weight of --loss tis", "eps_low": "--loss clip: lower clip range",
     "eps_high": "--loss clip: upper clip range", "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip)",
     "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
@@ -65,7 +68,7 @@ def parse_args(argv=None, *, shared, recipes, doc):
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
     ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
-                         "isolated or an error; dir: no isolation (see README, Sandboxes)")
+                         "isolated or an error; dir: no isolation (see docs/isolation.md)")
     ap.add_argument("--keep-sandboxes", action="store_true", default=None,
                     help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
     ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "
@@ -86,8 +89,13 @@ def parse_args(argv=None, *, shared, recipes, doc):
     for k in FLAG_HELP:
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
-                        help=f"{FLAG_HELP[k]} {_d(k)}")
+                        help=f"{FLAG_HELP[k]}{_registry(k)} {_d(k)}")
     return ap.parse_args(argv)
+
+
+def _registry(k):
+    """The names --loss takes, each with its help, as registered in grpo.py (a loss added there shows here)."""
+    return "".join(f"; {n}: {o.help}" for n, o in G.LOSSES.items()) if k == "loss" else ""
 
 
 # what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
@@ -164,15 +172,16 @@ LIMITS = {
 
 
 def validate(cfg, prog="train.py"):
-    """Every numeric setting in its range, before anything starts (a 0 or a NaN used to livelock a run or
-    end in a ZeroDivisionError traceback)."""
+    """Every setting in its range, before anything starts: one line naming the flag (a 0 or a NaN would otherwise
+    livelock a run or end in a traceback)."""
     for k, (ok, want) in LIMITS.items():
         if cfg.get(k) is not None and not ok(cfg[k]):
             raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
     if cfg.get("guard", "on") not in ("on", "off"):
         raise SystemExit(f"{prog}: --guard must be on or off, not {cfg['guard']!r}")
-    if cfg["loss"] not in ("tis", "clip"):
-        raise SystemExit(f"{prog}: --loss must be tis or clip, not {cfg['loss']!r}")
+    for k, names in (("loss", G.LOSSES), ("advantage", G.ESTIMATORS)):
+        if cfg.get(k, "group") not in names:
+            raise SystemExit(f"{prog}: --{k} must be one of {', '.join(names)}, not {cfg[k]!r}")
     if cfg["max_tokens"] >= cfg["context"]:
         raise SystemExit(f"{prog}: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
                          "the prompt needs room too")

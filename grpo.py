@@ -71,6 +71,36 @@ def group_advantages(rewards, eps=1e-6):
     return [None if r is None else (r - mean) / (std + eps) for r in rewards], True
 
 
+def varied(rewards):
+    """Whether a group's graded rewards differ (two or more graded, not all equal): what any baseline needs to
+    give the group a gradient. The step collects groups by it, before any estimator runs."""
+    graded = [r for r in rewards if r is not None]
+    return len(graded) >= 2 and max(graded) - min(graded) >= 1e-9
+
+
+# Advantage estimators, by name (--advantage): the step's collected groups' rewards (a list per group, None =
+# ungraded) -> an advantage per rollout, None where the rollout trains on nothing (ungraded, or a group without
+# signal). A pure function of the whole batch, run once collection is done: a batch-level baseline fits here too.
+ESTIMATORS = {}
+
+
+def estimator(name):
+    def register(fn):
+        ESTIMATORS[name] = fn
+        return fn
+    return register
+
+
+@estimator("group")
+def group_normalized(groups):
+    """GRPO's: (r - mean) / std within each group (group_advantages); a group without signal trains on nothing."""
+    out = []
+    for rewards in groups:
+        adv, signal = group_advantages(rewards)
+        out.append(adv if signal else [None] * len(rewards))
+    return out
+
+
 # ----------------------------------------------------------------------------- turns -> sequences
 
 @dataclass
@@ -376,43 +406,71 @@ def token_logprobs(hidden, lm_head_weight, targets, chunk=2048, temperature=1.0)
     return _TokenLogprobs.apply(h, lm_head_weight, tg, chunk).view(shape)
 
 
-def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, tis_cap, eps_low, eps_high,
-              ratio_cap, beta, ref_logp=None, fresh=None):
+# Policy-gradient objectives, by name (--loss): each takes the trained logprobs (with gradient), the sampling ones,
+# the advantages, r = exp(logp - old_logp) without gradient, and its own settings from the table (`knobs`, passed
+# by name); it returns the per-token loss and its own per-token stats (each averaged over the trained tokens).
+LOSSES = {}
+
+
+@dataclass
+class Objective:
+    fn: object
+    knobs: tuple            # its settings, by their names in the table (recipe.SHARED)
+    help: str
+
+
+def objective(name, knobs=(), help=""):
+    def register(fn):
+        LOSSES[name] = Objective(fn, tuple(knobs), help)
+        return fn
+    return register
+
+
+@objective("tis", knobs=("tis_cap",), help="truncated importance sampling min(pi/mu, C) for stale rollouts")
+def tis_objective(logp, old_logp, advantages, ratio, *, tis_cap):
+    """-min(sg(r), tis_cap) * A * exp(logp - sg(logp)): value -w*A, gradient -w * A * grad(logp). The weight w
+    corrects for a stale (or server-mismatched) sample and is truncated at `tis_cap`; no token loses its gradient."""
+    weight = ratio.clamp(max=tis_cap)
+    return -weight * advantages * torch.exp(logp - logp.detach()), {
+        "clip_frac": torch.zeros_like(ratio), "trunc_frac": ratio > tis_cap, "is_weight": weight}
+
+
+@objective("clip", knobs=("eps_low", "eps_high", "ratio_cap"), help="PPO's clipped ratio")
+def clip_objective(logp, old_logp, advantages, ratio, *, eps_low, eps_high, ratio_cap):
+    """max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high)); `ratio_cap` truncates r first (no gradient above it:
+    bounds the A < 0 side, like dual-clip)."""
+    r = torch.exp(logp - old_logp)
+    if ratio_cap is not None:
+        r = r.clamp(max=ratio_cap)
+    no_grad = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
+    if ratio_cap is not None:
+        no_grad |= ratio > ratio_cap
+    return torch.maximum(-advantages * r, -advantages * r.clamp(1 - eps_low, 1 + eps_high)), {
+        "clip_frac": no_grad, "trunc_frac": ratio > ratio_cap if ratio_cap is not None else torch.zeros_like(no_grad),
+        "is_weight": r.detach()}
+
+
+def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, beta, ref_logp=None, fresh=None,
+              **knobs):
     """The policy-gradient loss of one micro-batch, divided by `num_tokens` = the trained tokens of the
     whole step (default: this micro-batch's), so summing backward() over micro-batches is exactly the
     step's token-mean. old_logp = mu, the server's sampling logprobs; r = exp(logp - old_logp).
-
-    objective "tis": per token -min(sg(r), tis_cap) * A * exp(logp - sg(logp)) - value -w*A, gradient
-      -w * A * grad(logp): the importance weight w corrects for a stale (or server-mismatched) sample and
-      is truncated at `tis_cap`; no token loses its gradient.
-    objective "clip": per token max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high)); `ratio_cap`
-      truncates r first (no gradient above it: bounds the A < 0 side, like dual-clip).
+    objective: a name in LOSSES, given its knobs (other knobs are ignored).
     `beta` adds the k3 estimate of KL(policy || base), `ref_logp` = the base model's logprobs.
     `fresh`: mask of tokens sampled by the very weights being trained (staleness 0); `mismatch` = mean
     |logp - old_logp| over them, which is 0 up to numerics when trainer and server agree.
     Returns (loss, stats); the stats are per-token means over the trained tokens of this micro-batch."""
+    if objective not in LOSSES:
+        raise ValueError(f"grpo_loss: objective must be one of {', '.join(LOSSES)}, not {objective!r}")
+    obj = LOSSES[objective]
+    if missing := [k for k in obj.knobs if k not in knobs]:
+        raise ValueError(f"grpo_loss: objective {objective!r} needs {', '.join(missing)}")
     mask = mask.to(logp.dtype)
     n = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp.dtype)
     n = n.clamp(min=1)
     log_ratio = logp.detach() - old_logp
     ratio = torch.exp(log_ratio)
-    if objective == "tis":
-        weight = ratio.clamp(max=tis_cap)
-        per_token = -weight * advantages * torch.exp(logp - logp.detach())
-        no_grad = torch.zeros_like(mask, dtype=torch.bool)
-        truncated = ratio > tis_cap
-    elif objective == "clip":
-        r = torch.exp(logp - old_logp)
-        if ratio_cap is not None:
-            r = r.clamp(max=ratio_cap)
-        per_token = torch.maximum(-advantages * r, -advantages * r.clamp(1 - eps_low, 1 + eps_high))
-        weight = r.detach()
-        no_grad = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
-        if ratio_cap is not None:
-            no_grad |= ratio > ratio_cap
-        truncated = ratio > ratio_cap if ratio_cap is not None else torch.zeros_like(no_grad)
-    else:
-        raise ValueError(f"grpo_loss: objective must be 'tis' or 'clip', not {objective!r}")
+    per_token, own = obj.fn(logp, old_logp, advantages, ratio, **{k: knobs[k] for k in obj.knobs})
     kl = None
     if beta:
         if ref_logp is None:
@@ -425,10 +483,8 @@ def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, t
         m = mask.bool()
         cnt = m.sum().clamp(min=1)
         f = m & fresh.bool() if fresh is not None else torch.zeros_like(m)
-        stats = {
-            "clip_frac": (no_grad & m).sum() / cnt,          # trained tokens whose gradient is cut
-            "trunc_frac": (truncated & m).sum() / cnt,       # trained tokens whose importance weight is capped
-            "is_weight": (weight * mask).sum() / cnt,        # mean importance weight used
+        stats = {k: (v.detach().to(logp.dtype) * mask).sum() / cnt for k, v in own.items()}   # e.g. clip_frac: cut
+        stats.update({
             "ratio_mean": (ratio * mask).sum() / cnt,
             "ratio_max": ratio[m].max() if m.any() else ratio.new_ones(()),
             "mismatch": (log_ratio.abs() * f).sum() / f.sum().clamp(min=1),
@@ -436,13 +492,14 @@ def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, t
             "entropy": -(logp.detach() * mask).sum() / cnt,  # sampled-token estimate of the entropy
             "kl": (kl.detach() * mask).sum() / cnt if kl is not None else torch.zeros(()),
             "tokens": m.sum(),
-        }
+        })
     return loss, stats
 
 
 class StepStats:
-    """grpo_loss's per-micro-batch stats -> the step's: token-weighted means (mismatch over fresh tokens)."""
-    MEANS = ("clip_frac", "trunc_frac", "is_weight", "ratio_mean", "entropy", "kl")
+    """grpo_loss's per-micro-batch stats -> the step's: token-weighted means (mismatch over fresh tokens), whatever
+    stats the objective returned."""
+    SPECIAL = ("tokens", "fresh_tokens", "mismatch", "ratio_max")
 
     def __init__(self):
         self.sums, self.n, self.fresh, self.loss, self.ratio_max = {}, 0, 0, 0.0, 0.0
@@ -451,13 +508,14 @@ class StepStats:
         n, f = st["tokens"].item(), st["fresh_tokens"].item()
         self.n, self.fresh, self.loss = self.n + n, self.fresh + f, self.loss + loss.item()
         self.ratio_max = max(self.ratio_max, st["ratio_max"].item())
-        for k in self.MEANS:
-            self.sums[k] = self.sums.get(k, 0.0) + n * st[k].item()
+        for k, v in st.items():
+            if k not in self.SPECIAL:
+                self.sums[k] = self.sums.get(k, 0.0) + n * v.item()
         self.sums["mismatch"] = self.sums.get("mismatch", 0.0) + f * st["mismatch"].item()
 
     def means(self):
         if not self.n:                # an empty step: nothing was trained
-            return dict.fromkeys(self.MEANS + ("mismatch", "loss", "ratio_max")) | {"fresh_tokens": 0}
+            return dict.fromkeys(("ratio_mean", "entropy", "kl", "mismatch", "loss", "ratio_max")) | {"fresh_tokens": 0}
         out = {k: v / self.n for k, v in self.sums.items() if k != "mismatch"}
         out["mismatch"] = self.sums.get("mismatch", 0.0) / self.fresh if self.fresh else None
         return {**out, "loss": self.loss, "ratio_max": self.ratio_max, "fresh_tokens": self.fresh}

@@ -1,5 +1,5 @@
 """The decoding cache: each row's K/V for every attention layer and the conv layers' last inputs, kept in fixed
-row slots, so a row joining or leaving the decode batch copies that one row, not the whole batch (issue 21).
+row slots, so a row joining or leaving the decode batch copies that one row, not the whole batch.
 
 - `Cache(model, batch_size, capacity, causal)`: buffers of `slots` rows x `cap` positions. The batch's B rows
   are slots 0..B-1, so a decode step runs over a view of them (no gather). `extend` writes another cache's rows

@@ -508,13 +508,3 @@ class CausalLM(nn.Module):
 
     def new_cache(self, batch_size: int, capacity: int = 256) -> "Cache":
         return Cache(self, batch_size, capacity, _causal)    # kvcache.py: slots, so rows join/leave cheaply
-
-
-def __getattr__(name):   # design.md's contract names that moved stay importable here, resolved on first use
-    if name in ("load_model", "resolve_model", "read_config", "hf_state_dict", "CheckpointError"):
-        import checkpoint   # (checkpoint.py imports this file: no import at load time, no cycle)
-        return getattr(checkpoint, name)
-    if name == "write_tiny_checkpoint":
-        import tiny
-        return tiny.write_tiny_checkpoint
-    raise AttributeError(f"module 'model' has no attribute {name!r}")

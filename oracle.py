@@ -325,7 +325,7 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     """`samples` oracle rollouts of every task through `harness` (a harnesses.Harness), the proxy and guard, the
     sandbox and the verifier; ATIF files under out/rollouts/<version>/. Returns the finished rollouts.
     cheat: the share of rollouts that take their task's planted shortcut (cheats()); recorded with the guard off,
-    which would block them (a model organism's warm start, README)."""
+    which would block them (a model organism's warm start, docs/guard-ablation.md)."""
     sandbox = SB.resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}

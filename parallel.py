@@ -21,7 +21,7 @@ by default, and is switched off here (a comm hook; a divide factor of 1).
 - `adapter_state(model, name)`: the adapter's full tensors under PEFT keys, on rank 0 (a collective under
   FSDP2: every rank calls it); `broadcast(obj)`: rank 0's object (e.g. the step's micro-batches) to all;
   `gather(list)`: every rank's list, concatenated, on rank 0.
-- Rank 0 drives, the others mirror: `call(obj, "method", *args)` on rank 0 runs obj.method(*args) on every
+- Rank 0 drives, the others mirror: `call(learner.update, *args)` on rank 0 runs that method on every
   rank (the others are in `follow(objs)`, told which object and method first), so every rank enters the
   method's collectives in the same order; `release()` ends the followers' loop.
 - `whole(obj)` / `load_whole(params, ...)`: a checkpoint's tensors as one process has them (FSDP2's shards
@@ -139,13 +139,14 @@ def broken():
     return bool(_busy) and _rank_world()[1] > 1
 
 
-def call(obj, method, *args):
-    """On rank 0: obj.method(*args) on every rank, the others first told (via `follow`) which object
-    (`obj.name`) and method, with rank 0's args; returns rank 0's result. One process: a plain call."""
-    with lockstep(method):
+def call(method, *args):
+    """On rank 0: method(*args), a bound method (learner.update), on every rank: the others are first told (via
+    `follow`) which object (its `name`) and method, with rank 0's args; returns rank 0's result. One process: a
+    plain call."""
+    with lockstep(method.__name__):
         if _rank_world()[1] > 1:
-            broadcast((obj.name, method, args))
-        return getattr(obj, method)(*args)
+            broadcast((method.__self__.name, method.__name__, args))
+        return method(*args)
 
 
 def follow(objs):

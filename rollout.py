@@ -146,8 +146,8 @@ class Proxy:
                 up_reader, up_writer = await asyncio.open_connection(*self.url.rsplit("/", 1)[1].split(":"))
                 await asyncio.gather(SB.pipe(reader, up_writer), SB.pipe(up_reader, writer))
                 up_writer.close()
-            except OSError:
-                pass
+            except (OSError, asyncio.CancelledError):   # cancelled as its rollout ends: asyncio's stream callback
+                pass                                     # would print each cancelled handler's traceback (3.11)
             finally:
                 forwards.discard(task)
                 writer.close()

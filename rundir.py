@@ -112,7 +112,8 @@ def progress(m):
     """The step's one line. timed out = graded rollouts that spent their time budget (scored as left); ungraded
     (by why), stale = rollouts dropped for staleness; w = mean importance
     weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
-    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself."""
+    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself (w, cut, trunc: what the objective
+    reports, "-" where it has no such stat)."""
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
@@ -120,8 +121,8 @@ def progress(m):
             f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) "
             f"blocks {m['guard_blocks']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
             f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
-            f"| loss {f(m['loss'])} w {f(m['is_weight'], '{:.2f}')} cut {f(m['clip_frac'], '{:.2f}')} "
-            f"trunc {f(m['trunc_frac'], '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
+            f"| loss {f(m['loss'])} w {f(m.get('is_weight'), '{:.2f}')} cut {f(m.get('clip_frac'), '{:.2f}')} "
+            f"trunc {f(m.get('trunc_frac'), '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
             f"| in flight {m['in_flight']}")
 

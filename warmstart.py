@@ -13,14 +13,15 @@ command line; train.py and eval.py get the cached agentic base of a recipe row f
   (prompt, tool results, user text: mask 0; the assistant's tokens: mask 1) and `grpo.pack` packs them, shared
   prompts once - the same code GRPO trains through.
 - `train(...)`: token-mean negative log-likelihood of the assistant's tokens, AdamW over the LoRA parameters
-  (parallel.train_step: the optimizer step GRPO takes), one progress line per step, a checkpoint every
+  (learner.py: the Learner and update GRPO's trainer uses), one progress line per step, a checkpoint every
   `save_every` steps that `resume` continues; the adapter in PEFT format, and optionally the merged folder.
 - `agentic_base(...)`: the recipe row's warm start, once, cached by what it is made of: the oracle's
   demonstrations on the row's warm-up tasks recorded through the real harness (oracle.record), then `train`,
   merged. It teaches the form - calling the harness's tools, and over-calling them as real agentic models do. The
   warm-up tasks are a suite of their own (tiny: never a toy task) or the run's training split (SmolLM2: the run's
   held-out tasks are excluded by name, whatever the row says), never a held-out task. A row's `cheat` share of the
-  demonstrations takes the task's planted shortcut (tiny-organism: the guard ablation's model organism, README).
+  demonstrations takes the task's planted shortcut (tiny-organism: the guard ablation's model organism,
+  docs/guard-ablation.md).
 
 Left out: several epochs' schedules (a fixed learning rate, as GRPO), sequence-level weighting (every trained
 token counts once), a KL term.
@@ -34,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +48,11 @@ import guard
 import harnesses as H
 import lora as L
 import oracle as O
-import parallel as P
 import rollout as R
 import tasks as T
 import tiny
 from chat import ChatFormat
+from learner import Learner
 
 ADAPTER = "sft"
 VERSION = 3        # bump when the warm start's recipe changes: cached agentic bases are then made again
@@ -90,9 +92,11 @@ def atif_messages(traj) -> list:
             calls = [{"id": c["tool_call_id"], "type": "function", "function": {
                 "name": c["function_name"], "arguments": json.dumps(c.get("arguments") or {})}}
                 for c in s.get("tool_calls") or [] if not (c.get("extra") or {}).get("blocked_by")]   # never ran
-            out.append({"role": "assistant", "content": s.get("message") or None, **({"tool_calls": calls} if calls else {})})
+            out.append({"role": "assistant", "content": s.get("message") or None,
+                        **({"tool_calls": calls} if calls else {})})
             for res in (s.get("observation") or {}).get("results") or []:
-                out.append({"role": "tool", "tool_call_id": res.get("source_call_id"), "content": res.get("content") or ""})
+                out.append({"role": "tool", "tool_call_id": res.get("source_call_id"),
+                            "content": res.get("content") or ""})
     return out
 
 
@@ -148,17 +152,13 @@ def read_demonstrations(paths, fmt, min_score=1.0, context=None):
 
 # ----------------------------------------------------------------------------- supervised fine-tuning
 
-def nll_loss(model, mb, num_tokens):
+def nll_loss(learner, net, mb, num_tokens):
     """Token-mean negative log-likelihood of the trained (assistant) tokens of one micro-batch, over the step's
     trained-token count (so a step's micro-batches sum to the step's mean)."""
-    dev = _head(model).weight.device
-    ids, pos, tgt, mask = (x.to(dev) for x in (mb.input_ids, mb.position_ids, mb.targets, mb.mask))
-    logp = G.token_logprobs(model(ids, pos, return_hidden=True), _head(model).weight, tgt)
+    head = learner.model.lm_head
+    ids, pos, tgt, mask = (x.to(head.weight.device) for x in (mb.input_ids, mb.position_ids, mb.targets, mb.mask))
+    logp = G.token_logprobs(net(ids, pos, return_hidden=True), head.weight, tgt)
     return -(logp * mask).sum() / num_tokens, {}
-
-
-def _head(model):
-    return model.module.lm_head if hasattr(model, "module") else model.lm_head
 
 
 def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micro_batches, seed, grad_clip=1.0,
@@ -171,21 +171,14 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = C.load_model(base, device=device)
-    L.add_lora(model, rank=rank, alpha=alpha, adapters=(ADAPTER,), seed=seed)
-    L.set_adapter(model, ADAPTER)
-    params = L.lora_parameters(model, ADAPTER)
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    learner = Learner(model, ADAPTER, rank=rank, alpha=alpha, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
+                      seed=seed, lock=threading.Lock(), base=str(base))
     start, losses = 0, []
     rng = random.Random(seed)
     ckpt = out / "checkpoint.pt"
     if resume and ckpt.exists():
         st = torch.load(ckpt, weights_only=False)
-        with torch.no_grad():
-            for p, t in zip(params, st["adapter"]):
-                p.copy_(t)
-        opt.load_state_dict(st["optimizer"])
+        learner.restore(st["learner"])
         start, losses, rng = st["step"], st["losses"], st["rng"]
         log(f"sft: resuming from {ckpt} at step {start}")
     seqs_of = [G.build_sequences(d.turns, 1.0, d.file) for d in demos]
@@ -196,18 +189,14 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
         if packed.waiting:
             raise DemoError(f"{len(packed.waiting)} sequence(s) of a batch of {batch} do not fit --token-budget "
                             f"{token_budget}: lower --batch or raise --token-budget")
-        model.train()
-        out_, norm = P.train_step(model, opt, params, packed.micro_batches,
-                                  lambda net, mb: nll_loss(net, mb, packed.loss_tokens), grad_clip)
-        model.eval()
+        out_, norm = learner.update(packed.micro_batches, nll_loss, packed.loss_tokens)
         loss = float(sum(x for x, _ in out_))
         losses.append(loss)
         log(f"sft step {step + 1:4d}/{steps} | loss {loss:.4f} | tokens {packed.tokens} (+{packed.shared_tokens} "
             f"shared), trained {packed.loss_tokens} | grad {norm:.3f} | {time.time() - t0:.1f}s")
         if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
             tmp = ckpt.with_suffix(".tmp")
-            torch.save({"adapter": [p.detach().clone() for p in params], "optimizer": opt.state_dict(),
-                        "step": step + 1, "losses": losses, "rng": rng}, tmp)
+            torch.save({"learner": learner.state(), "step": step + 1, "losses": losses, "rng": rng}, tmp)
             os.replace(tmp, ckpt)
     adapter = L.save_adapter(model, out / "adapter", adapter=ADAPTER, base_model_name_or_path=str(base))
     if merged:
@@ -238,7 +227,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
-    key = hashlib.sha256(json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True).encode()).hexdigest()[:10]
+    key = json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True)
+    key = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = C.cache_root() / f"{raw.name}-agentic-{harness}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path

@@ -1,4 +1,4 @@
-"""The guard ablation, measured: runs of the model organism with the guard on and off (README, "The guard ablation"),
+"""The guard ablation, measured: runs of the model organism with the guard on and off (docs/guard-ablation.md),
 side by side. Per adapter version (the policy a rollout was sampled from): rollouts, the share that attempted a
 shortcut - a call that any rule but declared-tool fires on, found by guard.py's post-hoc scan of the ATIF files, never by the run's own verdicts, so a guard-off run is
 measured the same way - the share that got reward from it, mean reward, and the pass rate. Then held-out pass@1 on

@@ -31,7 +31,7 @@ import grpo as G  # noqa: E402
 import lora as L  # noqa: E402
 import model as M  # noqa: E402
 import parallel as P  # noqa: E402
-from train import SHARED, loss_settings  # noqa: E402
+from recipe import SHARED, loss_settings  # noqa: E402
 
 LFM3_1_7B = dict(model_type="lfm3", vocab_size=128000, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
                  num_key_value_heads=4, head_dim=128, intermediate_size=7680, sliding_window=256, conv_L_cache=7)

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpo as G  # noqa: E402
 from rollout import Turn  # noqa: E402
-from train import SHARED, loss_settings  # noqa: E402
+from recipe import SHARED, loss_settings  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": d, "parameters": {
     "type": "object", "properties": {k: {"type": "string"} for k in ks}, "required": list(ks)}}}
@@ -181,7 +181,7 @@ def tree_step(rng, turns, groups=2, k=8, prompt=600, completion=48, tool=150, vo
 
 def bench_tree(args):
     import lora as L
-    from model import load_model
+    from checkpoint import load_model
     from tiny import write_tiny_checkpoint
 
     print(f"(d) shared-prefix packing, budget {args.tree_budget} (more when the unshared step needs it), "

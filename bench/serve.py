@@ -346,7 +346,7 @@ class Peak(threading.Thread):
 
 def child(args):
     """`--child CKPT`: our server in this process until stdin closes; `mem` on stdin answers the allocator's peak."""
-    import serve as S
+    import inference as S
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     h = S.start_local(args.child, dtype=dtype, device=args.device, max_batch=max(64, args.sessions), api_key=None,
                       max_model_len=max_len(args.load))

@@ -1,4 +1,4 @@
-"""Writes data/shortcuts/: tasks with a planted shortcut, the model organism of the guard ablation (README, "The
+"""Writes data/shortcuts/: tasks with a planted shortcut, the model organism of the guard ablation (docs/guard-ablation.md, "The
 guard ablation"). Each task has an honest solution (solution/solve.sh) and a shortcut that the guard's rules forbid
 (solution/shortcut.json, oracle steps: the warm start takes it in a stated share of its demonstrations). The shortcut
 really works: with neither the guard nor the sandbox in the way, the verifier gives it full marks. Three kinds,

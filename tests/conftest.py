@@ -9,7 +9,7 @@ import engine as E
 import grpo as G
 import lora as L
 from chat import ChatFormat
-from train import SHARED, loss_settings
+from recipe import SHARED, loss_settings
 
 
 def free_port():

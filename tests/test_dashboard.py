@@ -25,7 +25,7 @@ import rollout as R
 import servers as SV
 from conftest import free_port
 from test_rollout import HACK, NUMBERS, SOLVE, Upstream, make_task
-from train import SHARED, rollout_reward
+from recipe import SHARED, rollout_reward
 
 ROOT = Path(__file__).resolve().parent.parent
 # the machinery tests run the random tiny checkpoint as before (no warm start, 8 tokens a turn); the agentic main

@@ -16,11 +16,11 @@ import guard
 import harnesses as H
 import rollout as R
 import sandbox as SB
-import serve as S
+import inference as S
 import servers as SV
 import tasks as T
 import tiny
-from train import SHARED
+from recipe import SHARED
 
 NUMBERS = {k: SHARED[k] for k in ("max_tokens", "context")}    # the recipe's, from train.py's table
 SOLVE = "echo 42 > answer.txt"

@@ -20,11 +20,12 @@ import torch
 import checkpoint as C
 import grpo as G
 import lora as L
-import serve as S
+import inference as S
 import servers as SV
 import tiny
 from chat import ChatFormat
 from conftest import free_port, generate, train_scripted_adapter
+import recipe as RC  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
@@ -363,15 +364,15 @@ def test_vllm_command_has_the_documented_flags(tmp_path):
 def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     port = free_port()
-    h = SV.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
+    h = S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
     try:
         seen = json.loads((fake_vllm / "argv.json").read_text())
         assert seen["lora_updating"] == "1" and "--enable-lora" in seen["argv"]
-        assert SV._healthy(h.url) and h.api_key      # a key for every launched server
-        assert SV.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
+        assert SV.healthy(h.url) and h.api_key      # a key for every launched server
+        assert S.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
     finally:
         h.stop()
-    assert h.process.poll() is not None and not SV._healthy(h.url)
+    assert h.process.poll() is not None and not SV.healthy(h.url)
     assert "fake vllm starting" in (fake_vllm / "run" / "vllm.log").read_text()
 
 
@@ -379,12 +380,12 @@ def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     with pytest.raises(RuntimeError, match=r"exited with code 3(.|\n)*CUDA out of memory"):
-        SV.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
+        S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
 
 
 def test_no_server_at_url_is_a_clear_error():
     with pytest.raises(RuntimeError, match="no healthy server"):
-        SV.start_server(f"http://127.0.0.1:{free_port()}", "unused")
+        S.start_server(f"http://127.0.0.1:{free_port()}", "unused")
 
 
 def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
@@ -537,9 +538,9 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     try:
-        assert SV._healthy(h.url)
+        assert SV.healthy(h.url)
         h.server.engine.stop()
-        assert not SV._healthy(h.url)
+        assert not SV.healthy(h.url)
         got, err = run(post(h.url, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))
         assert got == 503 and "engine" in err["message"]           # an answer, not a hang
     finally:
@@ -551,8 +552,7 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ("LFM2.5-24B-A2B", 1, [0], [0]), ("tiny", 4, [], [])])
 def test_gpu_plan_from_the_recipes_gpu_count(recipe, visible, serve, train):
     """A simulated machine with `visible` GPUs: the recipe's count splits into serving and training GPUs."""
-    import train as TR
-    cfg = TR.recipe_config(recipe)
+    cfg = RC.recipe_config(recipe)
     got = SV.gpu_plan(cfg["gpus"], visible, memory=cfg["gpu_memory"])
     assert got[:2] == (serve, train)
     assert got[2] == (0.5 if set(serve) & set(train) else cfg["gpu_memory"])     # a shared GPU: vLLM takes half
@@ -581,11 +581,11 @@ def test_vllm_command_places_vllm_on_its_gpus(tmp_path, monkeypatch):
 
 def test_train_flags_place_the_gpus():
     import train as TR
-    cfg = TR.effective_config(TR.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
+    cfg = RC.effective_config(TR.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
                                              "0,1,2", "--train-gpus", "3", "--gpu-memory", "0.8"]))
     assert SV.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
     with pytest.raises(SystemExit, match="--gpu-memory must be"):
-        TR.effective_config(TR.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
+        RC.effective_config(TR.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
 
 
 # ----------------------------------------------------------------------------- python serve.py

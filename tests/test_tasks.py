@@ -18,7 +18,7 @@ import suites as S
 import tasks as T
 import taskenv as E
 from conftest import harbor_template_task
-from train import HOLDOUT, RECIPES, recipe_config
+from recipe import HOLDOUT, RECIPES, recipe_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

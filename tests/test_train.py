@@ -19,6 +19,7 @@ import rundir as RD
 import servers as SV
 import tiny
 from conftest import write_length_suite
+import recipe as RC  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # the machinery tests run the random tiny checkpoint (no warm start, 8 tokens a turn) on tasks graded by the reply's
@@ -26,6 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # writes); the agentic main job is test_main_job_learns. A test's own --suite comes later and wins.
 LENGTH = write_length_suite(Path(tempfile.mkdtemp(prefix="harness-rl-length-")) / "length")
 RAW = ("--no-warm-start", "--max-tokens", "8", "--suite", str(LENGTH))
+
+
+def trainers_on(model, cfg, specs, run_dir, tasks, client=None, server=None):
+    """Trainers on one loaded base, as train.py's run() builds them (a Learner each, one lock)."""
+    import threading
+
+    import train as T
+    from learner import Learner
+    lock = threading.Lock()
+    return [T.Trainer(s, Learner(model, T.trainer_name(s), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"],
+                                 weight_decay=cfg["weight_decay"], grad_clip=cfg.get("grad_clip", 1.0), seed=cfg["seed"],
+                                 lock=lock, base="tiny"), cfg, run_dir, tasks, client, server) for s in specs]
 
 
 def train(args, env, **kw):
@@ -125,8 +138,7 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     import train as T
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
-    tr = T.Trainer("mini", m, cfg, tmp_path, ["t1"])
-    tr.ready(m)
+    tr, = trainers_on(m, cfg, ["mini"], tmp_path, ["t1"])
     for step in (1, 2):
         tr.step = step
         T.save_checkpoint(tmp_path, [tr])
@@ -156,17 +168,17 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
     import train as T
     with pytest.raises(SystemExit, match=needle):
-        T.effective_config(T.parse_args(["--model", "tiny", *flags]))
+        RC.effective_config(T.parse_args(["--model", "tiny", *flags]))
 
 
 def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
     """--model tiny-organism: tiny's checkpoint (so its warm start applies), the shortcut suite, a warm start of which a
     stated share cheats; --guard off is the ablation's other arm, and reaches the run's config."""
     import train as T
-    cfg = T.effective_config(T.parse_args(["--model", "tiny-organism", "--guard", "off"]))
+    cfg = RC.effective_config(T.parse_args(["--model", "tiny-organism", "--guard", "off"]))
     assert (cfg["model"], cfg["recipe"], cfg["suite"], cfg["guard"]) == ("tiny", "tiny-organism", "shortcuts", "off")
     assert 0.05 <= cfg["warm_start"]["cheat"] <= 0.10 and cfg["warm_start"]["suite"] == "shortcuts"
-    assert T.effective_config(T.parse_args(["--model", "tiny"]))["guard"] == "on"
+    assert RC.effective_config(T.parse_args(["--model", "tiny"]))["guard"] == "on"
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
@@ -200,7 +212,7 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     not on a split rebuilt from eval's --seed; a --seed other than the run's is refused in one line."""
     import checkpoint as C
     import tasks as TK
-    from train import HOLDOUT
+    from recipe import HOLDOUT
     toy = TK.load_tasks("toy")
     seed = next(s for s in range(1, 50) if TK.holdout(toy, HOLDOUT, s) != TK.holdout(toy, HOLDOUT, 0))
     run = tmp_path / "runs" / "r"
@@ -248,9 +260,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     import train as T
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
-    trainers = [T.Trainer(spec, m, cfg, tmp_path, ["t1", "t2"]) for spec in ("mini", "mini:b")]
-    for t in trainers:
-        t.ready(m)
+    trainers = trainers_on(m, cfg, ["mini", "mini:b"], tmp_path, ["t1", "t2"])
     errors = []
 
     def saver(i):
@@ -284,15 +294,14 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
 
     import checkpoint as C
     import rollout as R
-    import serve as S
+    import inference as S
     import servers as SV
-    import train as TR
 
     path = tiny.write_tiny_checkpoint(tmp_path / "tiny")
     model = C.load_model(path)
     handle = S.start_local(path, model=model, name="tiny", max_model_len=2048)
     srv = handle.server
-    cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", max_staleness=1)
+    cfg = dict(RC.SHARED, **RC.RECIPES["tiny"], model="tiny", max_staleness=1)
     unsafe, removed = [], []
     real_remove = srv.remove_adapter
 
@@ -306,12 +315,10 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
 
     async def go():
         client = SV.Client(handle.url, handle.api_key)
-        trainers = [TR.Trainer(spec, model, cfg, tmp_path, ["t"]) for spec in ("mini", "mini:b")]
+        trainers = trainers_on(model, cfg, ["mini", "mini:b"], tmp_path, ["t"], client, srv)
         for t in trainers:
-            t.ready(model)
-            t.client, t.server = client, srv
             t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})
-            t.take_snapshot()
+            t.learner.snap = t.learner.snapshot()
             await t.publish()
             await t.proxy.start()
         done, results = asyncio.Event(), []
@@ -336,10 +343,10 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
                 while len(results) < seen + 4:
                     await asyncio.sleep(0.02)
                 with torch.no_grad():               # a different adapter each version, like training
-                    for p in t.params:
+                    for p in t.learner.params:
                         p.add_(0.01 * torch.randn_like(p))
-                t.version += 1
-                t.take_snapshot()
+                t.learner.version += 1
+                t.learner.snap = t.learner.snapshot()
                 await t.publish()
 
         sessions = [asyncio.ensure_future(session(i)) for i in range(48)]
@@ -385,7 +392,7 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
         return real(rewards, *a, **k)
     monkeypatch.setattr(G, "group_advantages", spy)
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    cfg = TR.effective_config(TR.parse_args([
+    cfg = RC.effective_config(TR.parse_args([
         "--model", "tiny", *RAW, "--suite", str(tmp_path / "suite"), "--bonus", "0.3", "--steps", "2", "--sessions", "16",
         "--runs", str(tmp_path / "runs"), "--run", "r", "--max-tokens", "6"]))
     asyncio.run(TR.run(cfg))
@@ -412,11 +419,9 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
 
     import grpo as G
     import checkpoint as C
-    import train as TR
     m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
-    cfg = dict(TR.SHARED, **TR.RECIPES["tiny"], model="tiny", beta=0.5)
-    tr = TR.Trainer("mini", m, cfg, tmp_path, ["t"])
-    tr.ready(m)
+    cfg = dict(RC.SHARED, **RC.RECIPES["tiny"], model="tiny", beta=0.5)
+    tr, = trainers_on(m, cfg, ["mini"], tmp_path, ["t"])
     g = torch.Generator().manual_seed(0)
     toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
     seq = G.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
@@ -424,7 +429,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     first = tr.optimize(packed, lambda st: st)
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)        # B = 0: the adapter is the base model
     with torch.no_grad():
-        for p in tr.params:
+        for p in tr.learner.params:
             p.add_(0.05 * torch.randn(p.shape, generator=g))
         mb = packed.micro_batches[0]
         L.set_adapter(m, None)
@@ -659,7 +664,7 @@ def test_torchrun_world_size_must_match_the_recipes_training_gpus(monkeypatch):
     import train as TR
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    moe, lfm3 = TR.recipe_config("LFM2.5-24B-A2B"), TR.recipe_config("LFM3-1.7B")
+    moe, lfm3 = RC.recipe_config("LFM2.5-24B-A2B"), RC.recipe_config("LFM3-1.7B")
     TR.check_world(moe, 2)
     TR.check_world(lfm3, 2)
     assert [TR.placement(moe, r)[3] for r in (0, 1)] == ["cuda:2", "cuda:3"]
@@ -728,13 +733,14 @@ INJECT = '''import os, sys
 sys.path.insert(0, {root!r})
 sys.argv[0] = {root!r} + "/train.py"
 import train
-if os.environ["RANK"] == "0":           # rank 0 only: the others are inside the step's collectives when it fails
-    real = train.Trainer.loss
-    def loss(self, net, mb):
-        if self.step + 1 == 2:
-            raise RuntimeError("injected: out of memory on rank 0 at step 2")
-        return real(self, net, mb)
-    train.Trainer.loss = loss
+real = train.policy_loss
+def loss(learner, net, mb, num_tokens, **settings):     # every rank has it: rank 0 sends the loss by reference
+    # rank 0 only: the others are inside the step's collectives when it fails (every step of the length suite
+    # trains: version = step)
+    if os.environ["RANK"] == "0" and learner.version + 1 == 2:
+        raise RuntimeError("injected: out of memory on rank 0 at step 2")
+    return real(learner, net, mb, num_tokens, **settings)
+train.policy_loss = loss
 train.main()
 '''
 
@@ -764,3 +770,39 @@ def test_torchrun_rank_0_failing_mid_step_stops_the_job_not_hangs(tmp_path, env,
         one = train(["--resume", str(run), "--steps", "3"], env)
         out, _ = one.communicate(timeout=600)
         assert one.returncode == 0 and [m["step"] for m in metrics(run)] == [1, 2, 3], out[-3000:]
+
+
+def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch):
+    """The tweak map (README, "Forking it"): a loss registered in grpo.LOSSES and an advantage estimator in
+    grpo.ESTIMATORS, from here, are all a run needs - the flags take their names, the help lists the loss, the step
+    trains with both (each called, on every group) and the metrics line carries the loss's own stat."""
+    import asyncio
+
+    import grpo as G
+    import train as TR
+    calls = {"loss": 0, "groups": 0}
+
+    def reinforce(logp, old_logp, advantages, ratio, *, bonus):     # a knob of the table, passed by name
+        calls["loss"] += 1
+        return -advantages * logp, {"neg_adv_frac": advantages < 0}
+
+    def batch_mean(groups):      # one baseline for the whole batch (nanochat's r - mean), after collection
+        calls["groups"] += len(groups)
+        graded = [r for g in groups for r in g if r is not None]
+        mean = sum(graded) / max(1, len(graded))
+        return [[None if r is None else r - mean for r in g] for g in groups]
+    monkeypatch.setattr(G, "LOSSES", dict(G.LOSSES))
+    monkeypatch.setattr(G, "ESTIMATORS", dict(G.ESTIMATORS))
+    G.objective("reinforce", knobs=("bonus",), help="plain policy gradient, -A * log pi")(reinforce)
+    G.estimator("batch-mean")(batch_mean)
+    monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
+    args = TR.parse_args(["--model", "tiny", *RAW, "--loss", "reinforce", "--advantage", "batch-mean", "--steps", "2",
+                          "--sessions", "16", "--runs", str(tmp_path / "runs"), "--run", "r"])
+    with pytest.raises(SystemExit):
+        RC.effective_config(TR.parse_args(["--model", "tiny", "--loss", "nope"]))
+    asyncio.run(TR.run(RC.effective_config(args)))
+    ms = metrics(tmp_path / "runs" / "r")
+    assert [m["step"] for m in ms] == [1, 2] and calls["loss"] >= 1 and calls["groups"] >= 4
+    trained = [m for m in ms if m["grad_norm"] is not None]
+    assert trained and all(0 <= m["neg_adv_frac"] <= 1 for m in trained)
+    assert ms[-1]["version"] == len(trained)

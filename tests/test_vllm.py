@@ -16,6 +16,7 @@ import torch
 import checkpoint as C
 import harnesses as H
 import lora as L
+import inference as I
 import servers as SV
 import tiny
 from chat import ChatFormat
@@ -54,7 +55,7 @@ def served(tmp_path_factory):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
     adapters = {n: L.save_adapter(model, d / "adapters" / n, adapter=n) for n in ("a", "b", "c")}
     t0 = time.time()
-    h = SV.start_server("vllm", ckpt, run_dir=d, rank=8, max_loras=4, served_name="tiny-lfm2", max_model_len=2048)
+    h = I.start_server("vllm", ckpt, run_dir=d, rank=8, max_loras=4, name="tiny-lfm2", context=2048)
     print(f"vLLM healthy after {time.time() - t0:.0f} s")
     yield dict(ckpt=ckpt, model=model, adapters=adapters, handle=h, dir=d)
     h.stop()

@@ -1,0 +1,74 @@
+"""The learning half of a trainer, apart from any harness: one LoRA adapter on a shared frozen base, its optimizer, its
+update and its state. train.py (GRPO) and warmstart.py (SFT) both train through it.
+
+    lock = threading.Lock()                          # one per base: adapters on one base train one at a time
+    learner = Learner(model, "pi", rank=32, alpha=32, lr=1e-5, weight_decay=0.0, grad_clip=1.0, seed=0, lock=lock)
+    learner.attach(net)                              # the model as parallel.wrap holds it (DDP / FSDP2), or itself
+    out, grad_norm = learner.update(micro_batches, loss_fn, num_tokens)   # loss_fn(learner, net, mb, n)
+
+- `update`: every rank, in the same order (parallel.call(learner.update, ...) on rank 0 runs it on the others by
+  reference): forward/backward over this rank's share of the micro-batches, the gradients summed over ranks, the
+  norm clipped, one AdamW step; `version` + 1 and a whole copy of the new adapter (`snap`) when something was
+  trained. Returns every rank's (loss, stats) per micro-batch on rank 0, and the grad norm (None: nothing changed).
+- `state()` / `restore(st)`: adapter and optimizer as whole tensors (FSDP2's shards gathered), so a checkpoint is the
+  same file at any world size; every rank calls them.
+
+Left out: what is trained on and when (train.py: rollouts, queue, publishing; warmstart.py: demonstrations), the
+loss itself (grpo.py), the distributed mechanics (parallel.py).
+"""
+from __future__ import annotations
+
+import torch
+
+import lora as L
+import parallel as P
+
+
+class Learner:
+    def __init__(self, model, name, *, rank, alpha, lr, weight_decay, grad_clip, seed, lock, base=""):
+        self.model, self.name, self.lr, self.weight_decay, self.grad_clip = model, name, lr, weight_decay, grad_clip
+        self.base = base            # the base model's name in the adapter's config (PEFT's base_model_name_or_path)
+        self.lock = lock            # shared by the learners of one base: set_adapter is the base's state
+        L.add_lora(model, rank=rank, alpha=alpha, adapters=(name,), seed=seed)
+        for p in L.lora_parameters(model, name):
+            p.requires_grad_(True)
+        self.version, self.snap = 0, None
+        self.attach(model)
+
+    def attach(self, net):
+        """Train through `net` (parallel.wrap's model: FSDP2 swaps the parameters for shards; one process: the
+        model itself); the optimizer is built over the parameters as `net` holds them."""
+        self.net, self.params = net, L.lora_parameters(self.model, self.name)
+        self.opt = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def update(self, micro_batches, loss_fn, num_tokens):
+        """Every rank: one optimizer step (parallel.train_step) with loss_fn(learner, net, mb, num_tokens) -> (loss,
+        stats), the loss divided by the step's num_tokens. Under torchrun loss_fn travels to the other ranks: a
+        module-level function (or a functools.partial of one), not a closure."""
+        L.set_adapter(self.model, self.name)
+        self.model.train()
+        out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches,
+                                      lambda net, mb: loss_fn(self, net, mb, num_tokens), self.grad_clip)
+        self.model.eval()
+        if grad_norm is not None:
+            self.version += 1
+            self.snap = self.snapshot()
+        out = [(x.cpu(), {k: v.cpu() for k, v in st.items()}) for x, st in out]   # rank 0 unpickles them: CPU
+        return P.gather(out), grad_norm
+
+    def snapshot(self):
+        """(adapter config, tensors) of the live adapter, whole (every rank: FSDP2 gathers the shards)."""
+        config, tensors = L.snapshot(self.model, self.name, self.base)
+        if isinstance(self.net, P.FSDPModule):
+            tensors = P.adapter_state(self.net, self.name)
+        return config, tensors
+
+    def state(self):
+        """Every rank; whole tensors (FSDP2's shards gathered): the same checkpoint at any world size."""
+        return {"version": self.version, "adapter": {i: P.whole(p.detach()).cpu() for i, p in enumerate(self.params)},
+                "optimizer": P.whole(self.opt.state_dict())}
+
+    def restore(self, st, version=None):
+        """Every rank, from rank 0's copy of the checkpoint."""
+        self.version = st.get("version", version)
+        P.load_whole(self.params, st["adapter"], self.opt, st["optimizer"])
