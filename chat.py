@@ -35,6 +35,8 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from families import FAMILIES
+
 # ----------------------------------------------------------------------------- rendering
 class _Generation(jinja2.ext.Extension):
     """transformers' `{% generation %}...{% endgeneration %}` (marks assistant text); renders its body."""
@@ -172,8 +174,6 @@ TOOL_FORMATS = {
     "xml": ("<tool_call>", "</tool_call>", _parse_xml),
     "json": ("<tool_call>", "</tool_call>", _parse_json),
 }
-_FORMAT_BY_MODEL_TYPE = {"lfm2": "pythonic", "lfm2_moe": "pythonic", "lfm2_vl": "pythonic",
-                         "lfm3": "xml", "lfm3_vl": "xml"}
 
 
 def detect_tool_format(template: str, model_type: str | None = None) -> str:
@@ -187,7 +187,8 @@ def detect_tool_format(template: str, model_type: str | None = None) -> str:
         return "xml"
     if "<tool_call>" in template:
         return "json"
-    return _FORMAT_BY_MODEL_TYPE.get(model_type, "json")
+    family = FAMILIES.get((model_type or "").removesuffix("_vl"))     # a vision model speaks its family's format
+    return family.tool_format if family else "json"
 
 
 def _tool_schemas(tools) -> dict:

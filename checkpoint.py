@@ -44,6 +44,7 @@ import torch
 
 import ggufread as GR
 import model as M
+from families import FAMILIES
 
 
 class CheckpointError(ValueError):
@@ -101,8 +102,8 @@ def parse_config(d: dict, source: str = "config.json") -> M.Config:
     """A config.json dict -> model.Config, read the way transformers reads each family (defaults, LFM2's
     width rule, layer types, RoPE); CheckpointError naming the field otherwise."""
     mt = d.get("model_type")
-    if mt not in M.FAMILIES:
-        raise CheckpointError(f"{source}: model_type {mt!r} is not supported; supported: {', '.join(M.FAMILIES)}")
+    if mt not in FAMILIES:
+        raise CheckpointError(f"{source}: model_type {mt!r} is not supported; supported: {', '.join(FAMILIES)}")
 
     def need(key, *alts):
         for k in (key, *alts):
@@ -346,7 +347,7 @@ def resolve_model(name_or_path) -> Path:
     if name in UNPUBLISHED:
         raise CheckpointError(f"{name}: {UNPUBLISHED[name]} has no public checkpoint or Hugging Face repo id; get its "
                               f"weights as a Hugging Face checkpoint folder (config.json with a model_type of "
-                              f"{', '.join(M.FAMILIES)}; safetensors; tokenizer) and pass --model /path/to/checkpoint "
+                              f"{', '.join(FAMILIES)}; safetensors; tokenizer) and pass --model /path/to/checkpoint "
                               f"--recipe {name}")
     repo = MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
     if repo is None:

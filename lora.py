@@ -4,7 +4,7 @@ What it does
 - `add_lora(model, rank, alpha, adapters)` swaps each target nn.Linear for a `LoRALinear` that keeps
   the base `weight`/`bias` under their checkpoint names and adds per-adapter `lora_A[name]` [r, in]
   (kaiming-uniform, as PEFT) and `lora_B[name]` [out, r] (zeros: a new adapter equals the base).
-  Targets per family are `TARGETS`: every linear layer except lm_head, embeddings, the depthwise conv,
+  Targets per family are families.py's `lora_targets`: every linear layer except lm_head, embeddings, the depthwise conv,
   the MoE router and the experts.
 - Which adapter runs: `set_adapter(model, name)` (one for the whole batch; None = base), or
   `set_adapter(model, [name_or_None per row])` for batched inference where rows use different
@@ -37,14 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import checkpoint as C
+from families import FAMILIES
 
-TARGETS = {
-    "lfm2": ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
-    "lfm2_moe": ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
-    "lfm3": ("q_proj", "k_proj", "v_proj", "o_proj", "g_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "qwen3": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-}
 PREFIX = "base_model.model."
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # ranks vLLM's --max-lora-rank accepts
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -199,7 +193,7 @@ def _wrap(model) -> dict:
     """Swap every target nn.Linear for a LoRALinear (once); returns {module name: LoRALinear}."""
     if not hasattr(model, "lora_routing"):
         model.lora_routing = Routing()
-        targets = set(TARGETS[model.config.model_type])
+        targets = set(FAMILIES[model.config.model_type].lora_targets)
         for name, mod in list(model.named_modules()):
             if type(mod) is nn.Linear and name.rsplit(".", 1)[-1] in targets and name != "lm_head":
                 parent, leaf = name.rsplit(".", 1)
@@ -378,7 +372,7 @@ def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
         mod_name, ab = m.groups()
         if mod_name not in layers:
             what = "not a module of this model (an adapter for another base?)" if mod_name not in dict(model.named_modules()) else \
-                "not a LoRA target (targets: " + ", ".join(TARGETS[model.config.model_type]) + ")"
+                "not a LoRA target (targets: " + ", ".join(FAMILIES[model.config.model_type].lora_targets) + ")"
             raise AdapterError(f"{wf}: key {key!r}: {mod_name} is {what}")
         pairs.setdefault(mod_name, {})[ab] = t
     for mod_name, ab in pairs.items():

@@ -29,8 +29,6 @@ from torch.utils.checkpoint import checkpoint
 
 from kvcache import Cache
 
-FAMILIES = ("lfm2", "lfm2_moe", "lfm3", "llama", "qwen3")
-
 
 # ----------------------------------------------------------------------------- config
 

@@ -38,6 +38,7 @@ from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, web
 import checkpoint as C
 import harnesses
 import lora as L
+from families import FAMILIES
 
 MAX_BODY = 32 * 2**20       # the largest request body the embedded server and the proxy accept
 
@@ -73,7 +74,6 @@ def new_key():
     return "hrl-" + secrets.token_urlsafe(32)
 
 
-VLLM_TOOL_PARSERS = {"lfm2": "lfm2", "lfm2_moe": "lfm2", "qwen3": "hermes", "llama": "llama3_json"}
 
 
 def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
@@ -108,11 +108,11 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
     name requests use for the base model (eval.py asks by --model), besides the path. gpus: device indices
     (gpu_plan), tensor-parallel over all of them; memory: the fraction of each it may take."""
     model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
-    if model_type == "lfm3":
-        raise ValueError("vLLM 0.33 has no LFM3 implementation: use the embedded server (--server local)")
+    if FAMILIES[model_type].vllm_tool_parser is None:
+        raise ValueError(f"vLLM 0.33 has no {model_type.upper()} implementation: use the embedded server (--server local)")
     cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora",
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
-           "--enable-auto-tool-choice", "--tool-call-parser", VLLM_TOOL_PARSERS[model_type]]
+           "--enable-auto-tool-choice", "--tool-call-parser", FAMILIES[model_type].vllm_tool_parser]
     if rank is not None:
         max_rank = next((r for r in L.VLLM_RANKS if r >= rank), None)
         if max_rank is None:

@@ -25,6 +25,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 import checkpoint as C
+import families
 import model as M
 
 # ----------------------------------------------------------------------------- templates
@@ -232,10 +233,6 @@ TINY = dict(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_
             intermediate_size=128, max_position_embeddings=4096, norm_eps=1e-5)
 
 
-ARCHITECTURES = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM",
-                 "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-
-
 def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
     """A small config.json dict in the family's real key layout (loadable by transformers too)."""
     c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True, initializer_range=0.02)
@@ -272,7 +269,7 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
     else:
         C.parse_config({"model_type": model_type})    # raises the clear error
     # without architectures vLLM resolves the checkpoint as a pooling model
-    c["architectures"] = [ARCHITECTURES[model_type]]
+    c["architectures"] = [families.FAMILIES[model_type].architecture]
     c.update(over)
     return c
 

@@ -26,6 +26,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from families import FAMILIES  # noqa: E402
 _spec = importlib.util.spec_from_file_location("bench_model", ROOT / "bench" / "model.py")
 bench_model = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_model)
@@ -54,7 +55,7 @@ def child(impl, ckpt, args, q):
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    targets = list(L.TARGETS["lfm3"])
+    targets = list(FAMILIES["lfm3"].lora_targets)
     if impl.startswith("ours"):
         m = C.load_model(ckpt, dtype=dtype, device=dev)
         L.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
@@ -178,7 +179,7 @@ def main():
                 r = q.get()
                 proc.join()
                 results.setdefault(impl, []).append(r)
-    print(f"# LoRA r={args.rank} on {', '.join(__import__('lora').TARGETS['lfm3'])}; LFM3-shaped {args.preset}: "
+    print(f"# LoRA r={args.rank} on {', '.join(FAMILIES['lfm3'].lora_targets)}; LFM3-shaped {args.preset}: "
           f"hidden {p['hidden_size']}, {L_} layers, vocab {p['vocab_size']}, seq {args.seq}, {args.dtype} on "
           f"{args.device}{', grad-ckpt' if args.grad_ckpt else ''}; torch {torch.__version__}, transformers "
           f"{transformers.__version__}, peft {__import__('peft').__version__}")

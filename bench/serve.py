@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import checkpoint as C  # noqa: E402
 import lora as L  # noqa: E402
+from families import FAMILIES  # noqa: E402
 import model as M  # noqa: E402
 import servers as SV  # noqa: E402
 import tiny  # noqa: E402
@@ -141,10 +142,10 @@ def write_adapters(ckpt, out, seed=0):
     out, cfg = Path(out), C.read_config(ckpt)
     with torch.device("meta"):
         shapes = {n: (m.in_features, m.out_features) for n, m in M.CausalLM(cfg).named_modules()
-                  if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in L.TARGETS[cfg.model_type]
+                  if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in FAMILIES[cfg.model_type].lora_targets
                   and n != "lm_head"}
     config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": RANK, "lora_alpha": RANK,
-              "target_modules": sorted(L.TARGETS[cfg.model_type]), "bias": "none", "lora_dropout": 0.0,
+              "target_modules": sorted(FAMILIES[cfg.model_type].lora_targets), "bias": "none", "lora_dropout": 0.0,
               "use_rslora": False, "use_dora": False, "fan_in_fan_out": False, "modules_to_save": None,
               "init_lora_weights": True, "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {},
               "base_model_name_or_path": str(ckpt)}

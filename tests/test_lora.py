@@ -8,6 +8,7 @@ import torch
 
 import checkpoint as C
 import lora as L
+from families import FAMILIES
 import model as M
 import tiny
 from test_model import DEVICE, TOL, rand_ids, save_hf
@@ -52,7 +53,7 @@ def test_our_adapter_loaded_by_peft_gives_same_logits(tmp_path, model_type):
 @pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3"])
 def test_peft_adapter_loads_here_with_same_logits(tmp_path, model_type):
     ref, ours = save_hf(tmp_path / "base", model_type)
-    cfg = peft.LoraConfig(r=4, lora_alpha=12, target_modules=list(L.TARGETS[model_type]), init_lora_weights=False,
+    cfg = peft.LoraConfig(r=4, lora_alpha=12, target_modules=list(FAMILIES[model_type].lora_targets), init_lora_weights=False,
                           task_type="CAUSAL_LM")
     peft_model = peft.get_peft_model(ref, cfg).eval()
     peft_model.save_pretrained(tmp_path / "peft")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import checkpoint as C
+import families
 import model as M
 import tiny
 from conftest import generate  # noqa: E402
@@ -394,7 +395,7 @@ def test_tiny_configs_carry_the_whole_real_key_layout(model_type, tmp_path):
     generic = {"transformers_version", "dtype", "torch_dtype", "use_cache", "output_attentions", "output_hidden_states",
                "return_dict"}
     assert sorted(set(ref) - set(ours) - generic) == []
-    assert ours["architectures"] == [tiny.ARCHITECTURES[model_type]]
+    assert ours["architectures"] == [families.FAMILIES[model_type].architecture]
 
 
 def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_path):
