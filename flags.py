@@ -1,5 +1,6 @@
 """train.py's command line: its flags (with help and each recipe row's default), the effective config of a
 run (the recipe table's row + flags, or a resumed run's own config.json), and every number's allowed range.
+A knob of the table is one row of KNOBS: its help, its allowed values, whether --resume may change it.
 
 The numbers themselves are recipe.py's table (SHARED, RECIPES), passed in: this file holds none. The names --loss
 and --advantage take are grpo.py's registries (LOSSES, ESTIMATORS). eval.py checks its numbers with the same
@@ -14,37 +15,87 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpo as G
 import sandbox as SB
 
-FLAG_HELP = {
-    "steps": "optimizer steps per trainer", "sessions": "concurrent rollouts per trainer",
-    "token_budget": "trained tokens per step (packed into --micro-batches rows)", "rank": "LoRA rank (every linear)",
-    "alpha": "LoRA alpha (scale alpha / rank)", "group_size": "rollouts per task (the GRPO group)",
-    "lr": "AdamW learning rate", "weight_decay": "AdamW weight decay", "grad_clip": "gradient norm clip",
-    "micro_batches": "packed micro-batches per step (one forward/backward each)",
-    "max_staleness": "drop rollouts begun more than this many adapter versions ago",
-    "bonus": "reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)",
-    "bonus_scale": "tool calls at which the bonus reaches 0",
-    "loss": "the policy-gradient objective (grpo.LOSSES)",
-    "advantage": "the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
-    "tis_cap": "C, the cap on the importance weight of --loss tis", "eps_low": "--loss clip: lower clip range",
-    "eps_high": "--loss clip: upper clip range", "ratio_cap": "--loss clip: no gradient above this ratio (dual-clip)",
-    "beta": "weight of the k3 KL to the base model (adapter off), 0 = off",
-    "temperature": "sampling temperature (the loss uses the same one)", "top_p": "nucleus sampling",
-    "max_tokens": "tokens per model turn", "context": "the model's context length (prompt + reply)",
-    "save_every": "checkpoint every N steps (and at exit)", "seed": "seed of the LoRA init, task order and split",
-    "suite": "task suites under data/ (toy, numbers, repo2rl, smoldata, humaneval; all = every one but the guard "
-             "ablation's shortcuts and honest), several comma-separated, "
-             "or a folder; the held-out tasks (HOLDOUT) are never trained on",
-    "stall_timeout": "stop, saying why, when no graded group arrived for this many seconds",
-    "guard": "on: the guard checks every tool call and zeroes a rollout it blocks; off: the ablation (guard.py scan "
-             "finds the calls it would have blocked)",
-    "gpus": "GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus",
-    "gpu_memory": "the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
+def _int(lo):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"an integer >= {lo}"
+
+
+def _num(lo, hi=None, lo_open=False, hi_open=False):
+    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+        (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))   # noqa: E731
+    return ok, f"a number {'>' if lo_open else '>='} {lo}" + (
+        f" and {'<' if hi_open else '<='} {hi}" if hi is not None else "")
+
+
+def _one_of(*names):
+    return lambda v: v in names, " or ".join(names)
+
+
+def _registered(registry):        # its names when checked: a loss registered later (from a fork, a test) counts
+    return lambda v: v in registry, lambda: "one of " + ", ".join(registry)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of the table (its default: recipe.py): the flag's help, its allowed values (checked up front,
+    one line naming the flag), and whether --resume may change it (how long, how often it saves, where it runs -
+    not what it learns: the checkpoint's optimizer state and the run's recorded numbers assume those)."""
+    help: str
+    check: tuple = None
+    resume: bool = False
+
+
+KNOBS = {
+    "steps": Knob("optimizer steps per trainer", _int(1), resume=True),
+    "sessions": Knob("concurrent rollouts per trainer", _int(1)),
+    "token_budget": Knob("trained tokens per step (packed into --micro-batches rows)", _int(16)),
+    "rank": Knob("LoRA rank (every linear)", _int(1)),
+    "alpha": Knob("LoRA alpha (scale alpha / rank)", _num(0, lo_open=True)),
+    "group_size": Knob("rollouts per task (the GRPO group)", _int(2)),
+    "lr": Knob("AdamW learning rate", _num(0, lo_open=True)),
+    "weight_decay": Knob("AdamW weight decay", _num(0)),
+    "grad_clip": Knob("gradient norm clip", _num(0, lo_open=True)),
+    "micro_batches": Knob("packed micro-batches per step (one forward/backward each)", _int(1)),
+    "max_staleness": Knob("drop rollouts begun more than this many adapter versions ago", _int(0)),
+    "bonus": Knob("reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)", _num(0)),
+    "bonus_scale": Knob("tool calls at which the bonus reaches 0", _num(0, lo_open=True)),
+    "loss": Knob("the policy-gradient objective (grpo.LOSSES)", _registered(G.LOSSES)),
+    "advantage": Knob("the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
+                      _registered(G.ESTIMATORS)),
+    "tis_cap": Knob("C, the cap on the importance weight of --loss tis", _num(0, lo_open=True)),
+    "eps_low": Knob("--loss clip: lower clip range", _num(0, 1, lo_open=True, hi_open=True)),
+    "eps_high": Knob("--loss clip: upper clip range", _num(0, lo_open=True)),
+    "ratio_cap": Knob("--loss clip: no gradient above this ratio (dual-clip)", _num(1, lo_open=True)),
+    "beta": Knob("weight of the k3 KL to the base model (adapter off), 0 = off", _num(0)),
+    "temperature": Knob("sampling temperature (the loss uses the same one)", _num(0, lo_open=True)),
+    "top_p": Knob("nucleus sampling", _num(0, 1, lo_open=True)),
+    "max_tokens": Knob("tokens per model turn", _int(1)),
+    "context": Knob("the model's context length (prompt + reply)", _int(256)),
+    "save_every": Knob("checkpoint every N steps (and at exit)", _int(1), resume=True),
+    "seed": Knob("seed of the LoRA init, task order and split", _int(0)),
+    "suite": Knob("task suites under data/ (toy, numbers, repo2rl, smoldata, humaneval; all = every one but the guard "
+                  "ablation's shortcuts and honest), several comma-separated, or a folder; the held-out tasks "
+                  "(HOLDOUT) are never trained on"),
+    "stall_timeout": Knob("stop, saying why, when no graded group arrived for this many seconds",
+                          _num(0, lo_open=True), resume=True),
+    "guard": Knob("on: the guard checks every tool call and zeroes a rollout it blocks; off: the ablation (guard.py "
+                  "scan finds the calls it would have blocked)", _one_of("on", "off")),
+    "gpus": Knob("GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus", _int(0),
+                 resume=True),
+    "gpu_memory": Knob("the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
+                       _num(0, 1, lo_open=True), resume=True),
 }
+# the flags of where and how a run runs, outside the table: --resume may change them; --dashboard's port is checked
+RESUME_OVERRIDES = tuple(k for k, kn in KNOBS.items() if kn.resume) + (
+    "server", "sandbox", "keep_sandboxes", "device", "server_gpus", "train_gpus", "fsdp", "dashboard", "dashboard_host",
+    "report_to")
+LIMITS = {k: kn.check for k, kn in KNOBS.items() if kn.check} | {
+    "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)")}
 
 
 def _default(k, shared, recipes):
@@ -86,22 +137,16 @@ def parse_args(argv=None, *, shared, recipes, doc):
     ap.add_argument("--no-warm-start", action="store_true", default=None,
                     help="start GRPO from --model itself, not from its recipe row's agentic base (warmstart.py; "
                          "default: the row's warm start, tiny's)")
-    for k in FLAG_HELP:
+    for k, knob in KNOBS.items():
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
-                        help=f"{FLAG_HELP[k]}{_registry(k)} {_d(k)}")
+                        help=f"{knob.help}{_registry(k)} {_d(k)}")
     return ap.parse_args(argv)
 
 
 def _registry(k):
     """The names --loss takes, each with its help, as registered in grpo.py (a loss added there shows here)."""
     return "".join(f"; {n}: {o.help}" for n, o in G.LOSSES.items()) if k == "loss" else ""
-
-
-# what --resume may change: how long, how often it saves, where it runs; not what it learns (the checkpoint's
-# optimizer state and the run's recorded numbers assume those)
-RESUME_OVERRIDES = ("steps", "save_every", "server", "sandbox", "keep_sandboxes", "device", "stall_timeout", "gpus",
-                    "gpu_memory", "server_gpus", "train_gpus", "fsdp", "dashboard", "dashboard_host", "report_to")
 
 
 def effective_config(args, *, shared, recipes) -> dict:
@@ -148,40 +193,13 @@ def recipe_config(model, recipe=None, *, shared, recipes, prog="train.py") -> di
     return {**shared, **row, "model": row.get("checkpoint", model) if model == recipe else model, "recipe": recipe}
 
 
-def _int(lo):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"an integer >= {lo}"
-
-
-def _num(lo, hi=None, lo_open=False, hi_open=False):
-    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
-        (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))   # noqa: E731
-    return ok, f"a number {'>' if lo_open else '>='} {lo}" + (f" and {'<' if hi_open else '<='} {hi}" if hi is not None else "")
-
-
-# every number a run takes, with its allowed range: checked up front, one line naming the flag
-LIMITS = {
-    "steps": _int(1), "sessions": _int(1), "token_budget": _int(16), "group_size": _int(2), "micro_batches": _int(1),
-    "rank": _int(1), "alpha": _num(0, lo_open=True), "lr": _num(0, lo_open=True), "weight_decay": _num(0),
-    "grad_clip": _num(0, lo_open=True), "max_staleness": _int(0), "bonus": _num(0), "bonus_scale": _num(0, lo_open=True),
-    "tis_cap": _num(0, lo_open=True), "eps_low": _num(0, 1, lo_open=True, hi_open=True), "eps_high": _num(0, lo_open=True),
-    "ratio_cap": _num(1, lo_open=True), "beta": _num(0), "temperature": _num(0, lo_open=True), "top_p": _num(0, 1, lo_open=True),
-    "max_tokens": _int(1), "context": _int(256), "save_every": _int(1), "seed": _int(0), "gpus": _int(0),
-    "gpu_memory": _num(0, 1, lo_open=True), "stall_timeout": _num(0, lo_open=True),
-    "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)"),
-}
-
-
 def validate(cfg, prog="train.py"):
     """Every setting in its range, before anything starts: one line naming the flag (a 0 or a NaN would otherwise
     livelock a run or end in a traceback)."""
     for k, (ok, want) in LIMITS.items():
         if cfg.get(k) is not None and not ok(cfg[k]):
-            raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want}, got {cfg[k]!r}")
-    if cfg.get("guard", "on") not in ("on", "off"):
-        raise SystemExit(f"{prog}: --guard must be on or off, not {cfg['guard']!r}")
-    for k, names in (("loss", G.LOSSES), ("advantage", G.ESTIMATORS)):
-        if cfg.get(k, "group") not in names:
-            raise SystemExit(f"{prog}: --{k} must be one of {', '.join(names)}, not {cfg[k]!r}")
+            raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want() if callable(want) else want}, "
+                             f"got {cfg[k]!r}")
     if cfg["max_tokens"] >= cfg["context"]:
         raise SystemExit(f"{prog}: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
                          "the prompt needs room too")

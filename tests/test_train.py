@@ -791,16 +791,17 @@ def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch
         graded = [r for g in groups for r in g if r is not None]
         mean = sum(graded) / max(1, len(graded))
         return [[None if r is None else r - mean for r in g] for g in groups]
-    monkeypatch.setattr(G, "LOSSES", dict(G.LOSSES))
-    monkeypatch.setattr(G, "ESTIMATORS", dict(G.ESTIMATORS))
     G.objective("reinforce", knobs=("bonus",), help="plain policy gradient, -A * log pi")(reinforce)
     G.estimator("batch-mean")(batch_mean)
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    args = TR.parse_args(["--model", "tiny", *RAW, "--loss", "reinforce", "--advantage", "batch-mean", "--steps", "2",
-                          "--sessions", "16", "--runs", str(tmp_path / "runs"), "--run", "r"])
-    with pytest.raises(SystemExit):
-        RC.effective_config(TR.parse_args(["--model", "tiny", "--loss", "nope"]))
-    asyncio.run(TR.run(RC.effective_config(args)))
+    try:
+        args = TR.parse_args(["--model", "tiny", *RAW, "--loss", "reinforce", "--advantage", "batch-mean",
+                              "--steps", "2", "--sessions", "16", "--runs", str(tmp_path / "runs"), "--run", "r"])
+        with pytest.raises(SystemExit, match="--loss must be one of tis, clip, reinforce, got 'nope'"):
+            RC.effective_config(TR.parse_args(["--model", "tiny", "--loss", "nope"]))
+        asyncio.run(TR.run(RC.effective_config(args)))
+    finally:
+        del G.LOSSES["reinforce"], G.ESTIMATORS["batch-mean"]
     ms = metrics(tmp_path / "runs" / "r")
     assert [m["step"] for m in ms] == [1, 2] and calls["loss"] >= 1 and calls["groups"] >= 4
     trained = [m for m in ms if m["grad_norm"] is not None]
