@@ -349,7 +349,8 @@ class ChatFormat:
         rest = text[len(prompt):]
         ends = [(rest.find(s), s) for s in self.stop_strings if s in rest]
         if not ends:
-            raise ValueError(f"the chat template ends an assistant turn with no end-of-turn token ({self.stop_strings})")
+            raise ValueError(f"the chat template ends an assistant turn with no end-of-turn token "
+                             f"({self.stop_strings})")
         at, stop = min(ends)
         return self.encode(rest[:at + len(stop)])
 

@@ -23,9 +23,11 @@ _CODE_CRED = re.compile(r"(?:print|pprint|dumps?|str|repr|list|sorted|write)\s*\
 # when that name then reaches output or is walked (print(env), json.dumps(env), env.items(), for k in env)
 _ENV_ALIAS = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(?:dict\s*\(\s*|\{\s*\*\*\s*|copy\.(?:deep)?copy\s*\(\s*)?(?:os\.)?"
                         r"environ\b(?!\s*\[|\s*\.\s*(?:get|setdefault|pop)\b)")
-_ENV_SINK = r"(?:print|pprint|dumps?|str|repr|list|sorted|write|format)\s*\(\s*(?:dict\s*\(\s*)?{0}\b(?:\.copy\(\))?\s*[,)]" \
+_ENV_SINK = r"(?:print|pprint|dumps?|str|repr|list|sorted|write|format)\s*\(\s*(?:dict\s*\(\s*)?{0}\b" \
+            r"(?:\.copy\(\))?\s*[,)]" \
             r"|\b{0}\s*\.\s*(?:items|keys|values)\s*\(|\bfor\s+\w+(?:\s*,\s*\w+)?\s+in\s+{0}\b|\{{\s*{0}\s*[!:}}]"
-_REVERSED = re.compile(r"""(['"])([^'"\\\n]{1,4096})\1\s*\[\s*:\s*:\s*-1\s*\]""")     # a literal reversed: read as it runs
+# a literal reversed: read as it runs
+_REVERSED = re.compile(r"""(['"])([^'"\\\n]{1,4096})\1\s*\[\s*:\s*:\s*-1\s*\]""")
 _PYSTR = re.compile(r"""[rRbBuUfF]{0,2}(?:'''(.*?)'''|\"\"\"(.*?)\"\"\"|'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)")""",
                     re.S)
 _CONCAT = re.compile(r"""(?<!['"\\])(['"])(?:\s*\+\s*|[ \t]+)\1(?!\1)""")       # 'a' + 'b' -> 'ab'

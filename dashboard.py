@@ -208,7 +208,8 @@ def detail(atif, rel):
         lps = [p for p in met.get("logprobs") or [] if isinstance(p, (int, float))]
         msg = s.get("message") if isinstance(s.get("message"), str) else json.dumps(s.get("message"))
         steps.append({"step_id": s.get("step_id"), "source": s.get("source"), "message": msg,
-                      "tool_calls": s.get("tool_calls") or [], "results": (s.get("observation") or {}).get("results") or [],
+                      "tool_calls": s.get("tool_calls") or [],
+                      "results": (s.get("observation") or {}).get("results") or [],
                       "prompt_tokens": met.get("prompt_tokens"), "completion_tokens": met.get("completion_tokens"),
                       "mean_logprob": sum(lps) / len(lps) if lps else None,
                       "adapter_version": (met.get("extra") or {}).get("adapter_version"),
@@ -221,8 +222,8 @@ def detail(atif, rel):
 # ----------------------------------------------------------------------------- request checks
 
 def fail(status, msg):
-    raise {400: web.HTTPBadRequest, 403: web.HTTPForbidden, 404: web.HTTPNotFound}[status](text=json.dumps({"error": msg}),
-                                                                   content_type="application/json")
+    raise {400: web.HTTPBadRequest, 403: web.HTTPForbidden,
+           404: web.HTTPNotFound}[status](text=json.dumps({"error": msg}), content_type="application/json")
 
 
 def int_arg(request, name, default=None):

@@ -16,7 +16,8 @@
   loop goes on serving. `RequestError` is what the HTTP layer (serve.py) answers with.
 
 Left out: HTTP, validation and chat formatting (serve.py), n > 1, prefix caching at any point (a stored prompt
-is continued from its end only: it keeps the conv state there), batched prefill, preemption (serve.py refuses a request that cannot fit the context up front).
+is continued from its end only: it keeps the conv state there), batched prefill, preemption (serve.py refuses a
+request that cannot fit the context up front).
 """
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def table(rep) -> str:
                      "-" if s["pass@1"] is None else f"{s['pass@1']:.0%} ({lo:.0%}-{hi:.0%})",
                      _f(s["tool_calls"]), _f(s["tool_calls_solved"]), str(s["guard_blocks"]), _why(s)))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w[i]) if i in (0, len(r) - 1) else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+    return "\n".join("  ".join(c.ljust(w[i]) if i in (0, len(r) - 1) else c.rjust(w[i])
+                               for i, c in enumerate(r)).rstrip()
                      for r in rows)
 
 
@@ -146,7 +147,8 @@ def bars(title, rows, fmt="{:.2f}", width=560):
                      f'<text x="{175 + w:.1f}" y="{y + 13}">{"-" if v is None else fmt.format(v)}</text>')
         if ci:
             x0, x1 = 170 + (width - 200) * ci[0] / vmax, 170 + (width - 200) * ci[1] / vmax
-            parts.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y + 8}" y2="{y + 8}" stroke="#222" stroke-width="2"/>')
+            parts.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y + 8}" y2="{y + 8}" stroke="#222" '
+                         f'stroke-width="2"/>')
         y += 26
     return f'<svg width="{width}" height="{h}" font-family="sans-serif" font-size="12">{"".join(parts)}</svg>'
 
@@ -162,7 +164,8 @@ def write_html(path, rep, meta):
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['score'], '{:.3f}')}"
                    f"</td><td>{s['score_ci95'][0]:.3f} - {s['score_ci95'][1]:.3f}</td><td>{_f(s['pass@1'], '{:.1%}')}"
                    f"</td><td>{s['ci95'][0]:.1%} - {s['ci95'][1]:.1%}</td><td>{_f(s['tool_calls'])}</td>"
-                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td><td>{html.escape(_why(s))}</td></tr>"
+                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td>"
+                   f"<td>{html.escape(_why(s))}</td></tr>"
                    for m, s in ms.items())
     per = "".join(f"<h3>{html.escape(m)}</h3>" + "".join(
         f"<p>by {k[3:]}: " + ", ".join(f"{html.escape(v)} {_f(x['pass@1'], '{:.0%}')} (n={x['graded']})"
@@ -297,7 +300,8 @@ async def evaluate(args):
                     results.append({"model": m, "task": g.task.name, "source": g.task.source, "type": g.task.type,
                                     "sample": r.index, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
                                     "flagged": r.flagged, "reason": r.reason, "failure": r.failure,
-                                    "turns": len(r.turns), "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
+                                    "turns": len(r.turns),
+                                    "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
                                     "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
                     print(f"  {m:<20} {g.task.name:<32} score {r.score} tools {r.tool_calls}"
                           f"{' BLOCKED' if r.flagged else ''}", flush=True)
@@ -318,8 +322,8 @@ async def evaluate(args):
     rep = report(results, base)
     meta = {"model": args.model, "recipe": cfg["recipe"], "harness": cfg["harness"], "suite": cfg["suite"],
             "split": args.split, "guard": args.guard, "samples": args.samples,
-            **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")}, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
-            "adapters": names}
+            **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")},
+            "tasks": len(tasks), "seconds": round(time.time() - t0, 1), "adapters": names}
     (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
     write_html(out / "report.html", rep, meta)
     print(f"\n{len(tasks)} tasks ({cfg['suite']}, split {args.split or 'all'}) x {args.samples} samples, "
@@ -352,9 +356,9 @@ def main(argv=None):
     ap.add_argument("--context", type=int, help=f"the model's context length {recipe}")
     ap.add_argument("--oracle", action="store_true",
                     help="the oracle agent instead of a model (oracle.py): each task's solution as tool calls through "
-                         "the harness, in --model's chat format (its ATIF files are demonstrations for sft.py); a check "
-                         "of tasks, harness and guard; --context / --max-tokens default to the recipe's 131072 / 4096 "
-                         "(default: off)")
+                         "the harness, in --model's chat format (its ATIF files are demonstrations for sft.py); "
+                         "a check of tasks, harness and guard; --context / --max-tokens default to the recipe's "
+                         "131072 / 4096 (default: off)")
     ap.add_argument("--waste", type=int, default=0,
                     help="--oracle: at most this many redundant calls per rollout, a seeded number (default: 0)")
     ap.add_argument("--reply", default="file", choices=["file", "text"],

@@ -451,7 +451,8 @@ def main(argv=None):
         rules = sorted({k for row in per.values() for k in row["rules"]})
         print(f"{trainer}: {sum(r['rollouts'] for r in per.values())} trajectories")
         print(f"  {'adapter version':<20}" + "".join(f"{str(v):>6}" for v in versions))
-        for label, key in (("rollouts", "rollouts"), ("attempted", "attempted"), ("  and rewarded", "rewarded_attempts")):
+        for label, key in (("rollouts", "rollouts"), ("attempted", "attempted"),
+                           ("  and rewarded", "rewarded_attempts")):
             print(f"  {label:<20}" + "".join(f"{per[v][key]:>6}" for v in versions))
         for rule in rules:
             print(f"  {rule:<20}" + "".join(f"{per[v]['rules'].get(rule, 0):>6}" for v in versions))
@@ -461,7 +462,8 @@ def main(argv=None):
     print(f"{len(results)} trajectories, {sum(len(r['fired']) for r in results)} calls fired, "
           f"{sum(bool(r['fired']) for r in results)} trajectories with one")
     if a.json:
-        Path(a.json).write_text(json.dumps({"table": {t: {str(v): row for v, row in per.items()} for t, per in tab.items()},
+        Path(a.json).write_text(json.dumps({"table": {t: {str(v): row for v, row in per.items()}
+                                                      for t, per in tab.items()},
                                             "fired": [r for r in results if r["fired"]]}, indent=1))
 
 

@@ -4,8 +4,8 @@ What it does
 - `add_lora(model, rank, alpha, adapters)` swaps each target nn.Linear for a `LoRALinear` that keeps
   the base `weight`/`bias` under their checkpoint names and adds per-adapter `lora_A[name]` [r, in]
   (kaiming-uniform, as PEFT) and `lora_B[name]` [out, r] (zeros: a new adapter equals the base).
-  Targets per family are families.py's `lora_targets`: every linear layer except lm_head, embeddings, the depthwise conv,
-  the MoE router and the experts.
+  Targets per family are families.py's `lora_targets`: every linear layer except lm_head, embeddings, the
+  depthwise conv, the MoE router and the experts.
 - Which adapter runs: `set_adapter(model, name)` (one for the whole batch; None = base), or
   `set_adapter(model, [name_or_None per row])` for batched inference where rows use different
   adapters: the batch's adapters are stacked into one A [sum r, in] and one scaled B [out, sum r] per
@@ -157,8 +157,8 @@ def _lora_linear(x, weight, bias, A, B, s):
 class _LoRA(torch.autograd.Function):
     """y = x W^T + b + s (x A^T) B^T for one adapter, with a hand-written backward.
 
-    Forward: `_lora_linear`. Backward: the input gradient of the base and of the LoRA path is one matmul plus one addmm into it
-    (autograd would make two [N, in] tensors and add them), and the scaling is applied to the rank-r
+    Forward: `_lora_linear`. Backward: the input gradient of the base and of the LoRA path is one matmul plus
+    one addmm into it (autograd would make two [N, in] tensors and add them), and the scaling is applied to the rank-r
     tensors, never to a [N, out] one. It saves what autograd would: x and x A^T (W, A, B are held anyway).
     """
 
@@ -371,7 +371,8 @@ def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
             raise AdapterError(f"{wf}: key {key!r} is not a LoRA A/B weight (base_model.model.<module>.lora_A.weight)")
         mod_name, ab = m.groups()
         if mod_name not in layers:
-            what = "not a module of this model (an adapter for another base?)" if mod_name not in dict(model.named_modules()) else \
+            what = "not a module of this model (an adapter for another base?)" \
+                if mod_name not in dict(model.named_modules()) else \
                 "not a LoRA target (targets: " + ", ".join(FAMILIES[model.config.model_type].lora_targets) + ")"
             raise AdapterError(f"{wf}: key {key!r}: {mod_name} is {what}")
         pairs.setdefault(mod_name, {})[ab] = t

@@ -132,7 +132,8 @@ def plan(task, useful, seed, waste=0, reply="file"):
     if reply == "text":
         writes = [s for s in useful if "write" in s]
         if len(writes) == 1 and writes[0]["write"] == "answer.txt":
-            useful = [s for s in useful if "write" not in s and "reply" not in s] + [{"reply": writes[0]["content"].strip()}]
+            useful = [s for s in useful if "write" not in s and "reply" not in s] + \
+                [{"reply": writes[0]["content"].strip()}]
     planted = {s["read"] for s in shortcut(task) or [] if "read" in s} - {s["read"] for s in useful if "read" in s}
     readable = sorted(({s["read"] for s in useful if "read" in s} | set(_env_files(task))) - planted)
     written = [s["write"] for s in useful if "write" in s]

@@ -134,7 +134,8 @@ def append_metrics(run_dir, m):
 
 def summary(run_dir, trainers, seconds):
     """The end-of-run lines: per trainer (name -> (steps, its last adapter's folder)), the reward curve (first
-    vs last quarter of steps), pass rate, tool calls per rollout (and per solved one, last quarter), rollouts lost, and how much of the trained tokens' gradient was cut."""
+    vs last quarter of steps), pass rate, tool calls per rollout (and per solved one, last quarter), rollouts lost,
+    and how much of the trained tokens' gradient was cut."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
     print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
@@ -151,7 +152,8 @@ def summary(run_dir, trainers, seconds):
         print(f"  {name}: {steps} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
               f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {mean_or_none(ps[:k]) or 0:.0%} -> "
               f"{mean_or_none(ps[-k:]) or 0:.0%} | tool calls {mean_or_none(ts[:k]) or 0:.2f} -> "
-              f"{mean_or_none(ts[-k:]) or 0:.2f} (per solved rollout {_f(mean_or_none(solved))}) | ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
+              f"{mean_or_none(ts[-k:]) or 0:.2f} (per solved rollout {_f(mean_or_none(solved))}) "
+              f"| ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
               f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
         print(f"    adapter {adapter}")
     print(f"  metrics {run_dir / 'metrics.jsonl'}, rollouts {run_dir / 'rollouts'}, "

@@ -14,7 +14,8 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest")
-APART = ("shortcuts", "honest")     # the guard ablation's planted shortcuts and its held-out tasks: by name only, never in "all"
+APART = ("shortcuts", "honest")     # the guard ablation's planted shortcuts and its held-out tasks: by name only,
+                                    # never in "all"
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 
@@ -64,6 +65,7 @@ def resolve_suites(spec) -> list[Path]:
     for s in parts or [str(spec)]:
         if not (Path(s).exists() or s == "all" or (DATA / s).is_dir() or s in BUILT):
             raise TaskError(f"{s}: no such directory, and not a suite ({', '.join(SUITES)}, all; or several, a,b)")
-    every = [d for d in sorted(DATA.iterdir()) if d.is_dir() and not d.name.startswith((".", "_")) and d.name not in APART]
+    every = [d for d in sorted(DATA.iterdir())
+             if d.is_dir() and not d.name.startswith((".", "_")) and d.name not in APART]
     return [p for s in parts for p in ([Path(s)] if Path(s).exists() else every if s == "all" else
                                        [built_suite(s)] if s in BUILT else [DATA / s])]

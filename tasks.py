@@ -346,7 +346,8 @@ def _check_task(task_dir, sandbox, stage):
         fail(1, why)
     if sandbox == "dir" and task.container.dockerfile:
         fail(1, f"{task.container.dockerfile}: a container task is checked under --sandbox bwrap only (its scripts use "
-                f"{task.container.workdir}, /tests, /logs/verifier, /solution: mounts, which --sandbox dir cannot make)")
+                f"{task.container.workdir}, /tests, /logs/verifier, /solution: mounts, which --sandbox dir "
+                "cannot make)")
     if fails:
         return fails
     env = task.path / "environment"

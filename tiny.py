@@ -237,7 +237,8 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
     """A small config.json dict in the family's real key layout (loadable by transformers too)."""
     c = dict(TINY, model_type=model_type, vocab_size=vocab_size, tie_word_embeddings=True, initializer_range=0.02)
     if model_type == "lfm3":
-        c.update(attention_bias=False, attention_dropout=0.0, conv_L_cache=7, sliding_window=8, conv_bias=False, use_sandwich_norm=True, use_attention_gate=True,
+        c.update(attention_bias=False, attention_dropout=0.0, conv_L_cache=7, sliding_window=8, conv_bias=False,
+                 use_sandwich_norm=True, use_attention_gate=True,
                  layer_types=["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"],
                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                   "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
@@ -254,8 +255,8 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
                      block_auto_adjust_ff_dim=False, block_norm_eps=1e-5, num_heads=2,
                      full_attn_idxs=[i for i, t in enumerate(c["layer_types"]) if t == "full_attention"])
         else:
-            c.update(output_router_logits=False, num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                     use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0)
+            c.update(output_router_logits=False, num_dense_layers=2, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0)
     elif model_type in ("llama", "qwen3"):
         c.update(rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
                  rope_parameters={"rope_type": "default", "rope_theta": 1e6})
