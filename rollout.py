@@ -367,6 +367,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             finally:
                 SB.close_fds(argv)
             r.pid = proc.pid
+            SB.watch(proc.pid)          # its whole sandbox dies with us, even by SIGKILL
             if launch.stdin is not None:
                 proc.stdin.write(launch.stdin)
                 await proc.stdin.drain()

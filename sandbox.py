@@ -3,6 +3,7 @@
     own(work, home, tmp)                       # when we are root: the dirs go to the sandbox's user
     argv = bwrap_args(writable=[work, home, tmp], readonly=tool_paths(), hide=[project, suite]) + command
     proc = Popen(argv, **spawn_kw(argv)); close_fds(argv)     # the seccomp filter's fd
+    watch(proc.pid)                            # killed with us, even by SIGKILL
     pids = kill(proc.pid); wait_dead(pids)     # the whole sandbox, not only its first process
 
 What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links recreated), the `readonly`
@@ -28,8 +29,9 @@ the namespaces still apply).
 warning. "dir" is no isolation: the same user, no mounts, no PID namespace (see DIR_WARNING).
 
 network=False gives the sandbox its own network namespace (loopback only; rollout.py brings the proxy in through
-relay.py). Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits, seccomp rules beyond the keyrings, one uid per sandbox (they
-share `nobody`, kept apart by mounts and PID namespaces), containers.
+relay.py). Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits,
+seccomp rules beyond the keyrings, one uid per sandbox (they share `nobody`, kept apart by mounts and PID
+namespaces), containers.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -220,9 +223,46 @@ def own(*dirs):
                 os.lchown(name, NOBODY, NOBODY)
 
 
+_REAPER_CODE = """
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_reaper = {"proc": None, "lock": threading.Lock()}
+
+
+def watch(pid):
+    """Kill the process group `pid` leads (a sandbox: bwrap, its namespace's init, all inside) if this process dies
+    first, even by SIGKILL: a small watcher process, in a session of its own, reads the groups from a pipe and kills
+    those still listed when the pipe closes (we are gone); `kill` takes a group off the list. --die-with-parent alone
+    misses one case: bwrap killed right after it cloned the namespace's init, which then waits for it forever."""
+    with _reaper["lock"]:
+        if _reaper["proc"] is None or _reaper["proc"].poll() is not None:
+            _reaper["proc"] = subprocess.Popen([sys.executable, "-I", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               start_new_session=True)
+        _tell_reaper(f"+{pid}")
+
+
+def _tell_reaper(line):
+    try:
+        _reaper["proc"].stdin.write(line.encode() + b"\n")
+        _reaper["proc"].stdin.flush()
+    except (OSError, ValueError, AttributeError):       # no watcher (nothing watched yet), or it is gone
+        pass
+
+
 def kill(pid):
     """SIGKILL a process group and the processes its leader started directly (under bwrap: the sandbox's init,
     whose death ends its PID namespace). Returns those pids, for `wait_dead`."""
+    with _reaper["lock"]:
+        _tell_reaper(f"-{pid}")
     pids = children(pid)
     try:
         os.killpg(pid, signal.SIGKILL)

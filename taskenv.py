@@ -236,7 +236,8 @@ def resolve_sandbox(mode, tasks, shown=()):
     boxed, offline = [t.name for t in tasks if t.container.dockerfile], sum(map(offline_task, tasks))
     if sandbox == "dir" and offline:
         warning = "\n".join(filter(None, [warning, f"sandbox dir: {offline} no-network task(s) get the host's network "
-                                                   "(only the guard's hosts rule; --sandbox bwrap gives each agent its own)"]))
+                                                   "(only the guard's hosts rule; --sandbox bwrap gives each agent "
+                                                   "its own)"]))
     for t in tasks if sandbox == "bwrap" else ():
         if why := clash(t, shown):
             raise TaskError(why)
@@ -337,6 +338,7 @@ def _run(argv, cwd, env, timeout, log_path):
                                  stderr=subprocess.STDOUT, **SB.spawn_kw(argv))
         finally:
             SB.close_fds(argv)
+        SB.watch(p.pid)
         try:
             rc, timed_out = p.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
@@ -368,7 +370,8 @@ def run_oracle(task, work, timeout=None, sandbox="dir"):
         if sandbox == "bwrap":
             SB.own(work, home)
             argv = SB.bwrap_args([home], SB.tool_paths(), SB.private_paths(Path(task.path).resolve().parent),
-                                 chdir=wd, network=False, mounts=[(work, wd, True), (sol, at, False)], setenv=theirs) + argv
+                                 chdir=wd, network=False, mounts=[(work, wd, True), (sol, at, False)],
+                                 setenv=theirs) + argv
         else:
             env = theirs | env
         rc, timed_out, out, _ = _run(argv, work, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")

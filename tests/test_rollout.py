@@ -792,3 +792,33 @@ def test_a_streaming_harness_gone_before_its_answer_is_no_server_error(tmp_path,
     r = asyncio.run(asyncio.wait_for(go(), 30))
     assert len(r.turns) == 1 and r.errors == []
     assert not [rec for rec in caplog.records if rec.levelno >= 30], [rec.getMessage() for rec in caplog.records]
+
+
+def test_what_a_killed_owner_started_dies_with_it(tmp_path):
+    """sandbox.watch: a watched process group is killed when its owner dies, even by SIGKILL, whatever of it is left.
+    Here the group's leader is gone and a grandchild lives on: the case no parent-death signal reaches (seen for real:
+    a bwrap killed right after cloning its namespace's init left that init waiting forever)."""
+    import subprocess
+    import time
+    owner = (f"import subprocess, sys, time\nsys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+             "import sandbox as SB\n"
+             "p = subprocess.Popen(['sh', '-c', 'sleep 300 & echo $!'], stdout=subprocess.PIPE, start_new_session=True)\n"
+             "SB.watch(p.pid)\n"
+             "print(p.stdout.readline().decode().strip(), flush=True)\n"
+             "p.wait()\n"                           # the leader exits; its child sleeps on in the group
+             "time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, text=True)
+    try:
+        sleeper = int(proc.stdout.readline())
+        time.sleep(0.5)
+        assert SB.running(sleeper)
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 10
+        while SB.running(sleeper) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not SB.running(sleeper)
+    finally:
+        proc.kill()
+        if SB.running(sleeper):
+            os.kill(sleeper, 9)
