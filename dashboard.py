@@ -1,7 +1,7 @@
 """The live dashboard: a run's metrics as charts that grow while it trains, and a browser of its rollouts.
 
     python dashboard.py runs/a [runs/b ...] [--host 127.0.0.1] [--port 8765]     # finished or live runs
-    runner, url = await dashboard.start([run_dir])          # on the trainer's own event loop (train.py)
+    python train.py --model tiny --dashboard                # train.py runs this file as a process of its own
 
 One aiohttp app, one HTML page with its CSS and JS inline (no CDN, works offline); the charts are SVG drawn
 by hand in plain JS. The page polls every 2 s: `/api/metrics?after=N` returns only the lines it has not seen,
@@ -15,8 +15,8 @@ its turns, tool calls and results, the guard's verdicts (rule + note) and its re
 
 Everything a request names is checked: run index and numbers are non-negative integers (400 naming the
 field), a file path must stay inside the run dir (no absolute path, no `..`, no symlink out: 400; missing:
-404), every error is a JSON {"error": ...}. Files are read on two threads of the dashboard's own (the
-trainer's event loop never waits on the disk, its executor stays free), and once each: metrics from the
+404), every error is a JSON {"error": ...}. Files are read on two threads of the dashboard's own (its
+event loop never waits on the disk), and once each: metrics from the
 last complete line on (a half-written last line waits for the next poll), rollout files once per (mtime,
 size). NaN / Infinity in a file become null.
 

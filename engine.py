@@ -13,10 +13,10 @@
   Prefill runs lm_head on the last position only.
 - Faults stay with their request: a failed prefill, non-finite logits (a diverged adapter), a failed sample
   or a client that went away ends that request alone; an error in a step fails the active batch, and the
-  loop goes on serving. `RequestError` is what the HTTP layer (serve.py) answers with.
+  loop goes on serving. `RequestError` is what the HTTP layer (inference.py) answers with.
 
-Left out: HTTP, validation and chat formatting (serve.py), n > 1, prefix caching at any point (a stored prompt
-is continued from its end only: it keeps the conv state there), batched prefill, preemption (serve.py refuses a
+Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt
+is continued from its end only: it keeps the conv state there), batched prefill, preemption (inference.py refuses a
 request that cannot fit the context up front).
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ class RequestError(Exception):
 
 @dataclass
 class Request:
-    # what to decode, all from the HTTP request (serve.py fills in the API's defaults, not the recipe's)
+    # what to decode, all from the HTTP request (inference.py fills in the API's defaults, not the recipe's)
     prompt_ids: list
     adapter: str | None
     max_tokens: int

@@ -4,9 +4,10 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
 
 - `shaped_reward`: verifier score + bonus * (1 - tool_calls / scale), the bonus only on a full pass;
   a guard note makes it 0; an ungraded rollout (verifier failed to run) stays None.
-- `group_advantages`: (r - mean) / (std + eps) over a group's graded rollouts (std with ddof=1, as TRL);
-  ungraded rollouts get no advantage and stay out of the baseline; a group whose rewards are all equal
-  carries no signal and is skipped.
+- `ESTIMATORS` (`@estimator(name)`, --advantage): advantage estimators, each a function of all of a step's
+  collected groups' rewards. "group" (default): `group_advantages`, (r - mean) / (std + eps) over a group's
+  graded rollouts (std with ddof=1, as TRL); ungraded rollouts get no advantage and stay out of the baseline;
+  a group whose rewards are all equal (`varied` false) carries no signal and is skipped.
 - `build_sequences`: a rollout's turns, exactly as the server returned them (prompt ids, completion ids,
   sampling logprobs), become training sequences without ever re-tokenizing. A turn whose prompt extends
   an existing sequence token for token is appended to it (the new prompt tokens - tool output, next
@@ -18,7 +19,7 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
   common prompt) is placed as a branch of it: the prefix is computed once (model.Segments), exactly.
 - `token_logprobs`: log p(target) from final hidden states, chunked over tokens, its gradient computed
   in the same pass, so no [tokens x vocab] fp32 tensor ever exists whole and nothing is recomputed.
-- `grpo_loss`: one of two objectives, token-mean over the whole step (divided by the step's trained
+- `grpo_loss`: an objective of `LOSSES` (`@objective(name, knobs)`, --loss), token-mean over the whole step (divided by the step's trained
   token count, so gradient accumulation over micro-batches is exact), optional k3 KL to the base:
   "tis" (default) - truncated importance sampling for stale rollouts: with one optimizer step per batch
   the proximal policy of decoupled PPO (AReaL) is the current weights, so the per-token loss is
@@ -28,7 +29,7 @@ Plain functions and dataclasses, no model or server code (train.py wires them up
   no gradient). Stats: importance weights, truncated and clipped fractions, and `mismatch`, the mean
   |log pi - log mu| over tokens the trained version itself sampled (trainer/server agreement).
 
-The recipe's numbers (bonus, staleness, micro-batches, loss settings) come in as arguments from train.py's
+The recipe's numbers (bonus, staleness, micro-batches, loss settings) come in as arguments from recipe.py's
 table; the defaults left are numerics (eps, chunk sizes, MIN_SHARED) and the identity (temperature 1).
 
 Left out: reward models, per-sequence (instead of per-token) normalisation, value functions, std-free
@@ -48,7 +49,7 @@ from torch.utils.checkpoint import checkpoint
 # ----------------------------------------------------------------------------- rewards, advantages
 
 def shaped_reward(score, tool_calls, flagged, bonus, scale):
-    """The recipe's reward (bonus, scale: train.py's table). score in [0, 1] or None (ungraded); flagged =
+    """The recipe's reward (bonus, scale: recipe.py's table). score in [0, 1] or None (ungraded); flagged =
     the guard blocked a call."""
     if score is None:
         return None
@@ -64,10 +65,10 @@ def group_advantages(rewards, eps=1e-6):
     graded = [r for r in rewards if r is not None]
     if len(graded) < 2:
         return [None] * len(rewards), False
+    if not varied(rewards):
+        return [None if r is None else 0.0 for r in rewards], False
     mean = sum(graded) / len(graded)
     std = math.sqrt(sum((r - mean) ** 2 for r in graded) / (len(graded) - 1))
-    if std < 1e-9:
-        return [None if r is None else 0.0 for r in rewards], False
     return [None if r is None else (r - mean) / (std + eps) for r in rewards], True
 
 

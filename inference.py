@@ -21,7 +21,6 @@ import hmac
 import json
 import math
 import os
-import threading
 import time
 import uuid
 
@@ -362,28 +361,8 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
     """The embedded server in a background thread of this process (its own event loop). api_key: "new" (a
     random key, the default), a key, or None (open)."""
     srv = Server(model_path, api_key=new_key() if api_key == "new" else api_key, **kw)
-    started, box = threading.Event(), {}
-
-    def run():
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        runner = web.AppRunner(srv.app(), access_log=None, shutdown_timeout=1.0)     # Ctrl-C: not 60 s of grace
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, host, port).start())
-        box["port"], box["loop"], box["runner"] = runner.addresses[0][1], loop, runner
-        started.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    t = threading.Thread(target=run, name="embedded-server", daemon=True)
-    t.start()
-    started.wait(60)
-
-    def stop():
-        srv.engine.stop()
-        box["loop"].call_soon_threadsafe(box["loop"].stop)
-        t.join(timeout=10)
-    return Handle(f"http://{host}:{box['port']}", stop, server=srv, api_key=srv.api_key)
+    port, stop = SV.serve_in_thread(srv.app(), host, port, "embedded-server", on_stop=srv.engine.stop)
+    return Handle(f"http://{host}:{port}", stop, server=srv, api_key=srv.api_key)
 
 
 def start_server(kind, model_path, *, name=None, context=None, run_dir="runs/serve", model=None, threads=None,

@@ -25,8 +25,9 @@ import parallel as P
 
 
 class Learner:
-    def __init__(self, model, name, *, rank, alpha, lr, weight_decay, grad_clip, seed, lock, base=""):
+    def __init__(self, model, name, *, rank, alpha, lr, weight_decay, grad_clip, seed, lock, base="", alone=False):
         self.model, self.name, self.lr, self.weight_decay, self.grad_clip = model, name, lr, weight_decay, grad_clip
+        self.alone = alone          # this process only, even under torchrun (the warm start: rank 0's alone)
         self.base = base            # the base model's name in the adapter's config (PEFT's base_model_name_or_path)
         self.lock = lock            # shared by the learners of one base: set_adapter is the base's state
         L.add_lora(model, rank=rank, alpha=alpha, adapters=(name,), seed=seed)
@@ -48,13 +49,13 @@ class Learner:
         L.set_adapter(self.model, self.name)
         self.model.train()
         out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches,
-                                      lambda net, mb: loss_fn(self, net, mb, num_tokens), self.grad_clip)
+                                      lambda net, mb: loss_fn(self, net, mb, num_tokens), self.grad_clip, self.alone)
         self.model.eval()
         if grad_norm is not None:
             self.version += 1
             self.snap = self.snapshot()
         out = [(x.cpu(), {k: v.cpu() for k, v in st.items()}) for x, st in out]   # rank 0 unpickles them: CPU
-        return P.gather(out), grad_norm
+        return out if self.alone else P.gather(out), grad_norm
 
     def snapshot(self):
         """(adapter config, tensors) of the live adapter, whole (every rank: FSDP2 gathers the shards)."""

@@ -2,11 +2,11 @@
 verifier - exactly like a model, except that the model server is a scripted one that knows the task.
 
 - `OracleServer` stands where the inference server stands (the proxy's upstream: `start(fmt, lookup)`), with the
-  same API shape as serve.py. The proxy names the rollout in each request's `user` field; `lookup(id)` gives its
+  same API shape as inference.py. The proxy names the rollout in each request's `user` field; `lookup(id)` gives its
   rollout (task, index). Each request with tools is answered with the rollout's next step, as the target model
-  would write it: the prompt rendered by the model's chat format (as serve.py renders it), the step rendered by
+  would write it: the prompt rendered by the model's chat format (as inference.py renders it), the step rendered by
   the same template as that model's own completion (`ChatFormat.completion`), and the reply parsed back from
-  those tokens (`ChatFormat.parse`: the harness gets what a parser reads from them). Token ids as serve.py returns
+  those tokens (`ChatFormat.parse`: the harness gets what a parser reads from them). Token ids as inference.py returns
   them, logprob 0 (the oracle is certain). The recorded ATIF files are demonstrations for sft.py.
 - `steps(task)`: what solves it, as abstract steps - `read` PATH, `run` COMMAND, `write` PATH CONTENT,
   `reply` TEXT. A task may spell its oracle out in `solution/oracle.json`:
@@ -294,28 +294,10 @@ class OracleServer:
 
 
 def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
-    """The oracle server in a background thread with its own event loop (like serve.start_local)."""
+    """The oracle server in a background thread with its own event loop (like inference.start_local)."""
     srv = OracleServer(fmt, lookup, api_key=new_key(), **kw)
-    started, box = threading.Event(), {}
-
-    def run():
-        loop = asyncio.new_event_loop()
-        runner = web.AppRunner(srv.app(), access_log=None)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, host, 0).start())
-        box["port"], box["loop"] = runner.addresses[0][1], loop
-        started.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    t = threading.Thread(target=run, name="oracle-server", daemon=True)
-    t.start()
-    started.wait(30)
-
-    def stop():
-        box["loop"].call_soon_threadsafe(box["loop"].stop)
-        t.join(timeout=10)
-    return Handle(f"http://{host}:{box['port']}", stop, api_key=srv.api_key)
+    port, stop = SV.serve_in_thread(srv.app(), host, 0, "oracle-server")
+    return Handle(f"http://{host}:{port}", stop, api_key=srv.api_key)
 
 
 

@@ -269,13 +269,14 @@ def _sync(model, last):
 
 # ----------------------------------------------------------------------------- one step
 
-def train_step(model, opt, params, micro_batches, loss_fn, grad_clip):
+def train_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=False):
     """One optimizer step over a step's micro-batches (the same list on every rank), this rank taking its
     `shard`. loss_fn(model, mb) -> (loss, stats): the forward through `model` (the wrapped one) and the
     loss divided by the step's global trained-token count. Every rank must call this, even with nothing
     to train. Returns ([(loss, stats) per micro-batch of this rank], global grad norm before clipping,
-    or None when the step had no micro-batch: then nothing changes)."""
-    rank, world = _rank_world()
+    or None when the step had no micro-batch: then nothing changes). alone: this process's step, all of it, whatever
+    the other ranks do (a model not wrapped for them)."""
+    rank, world = (0, 1) if alone else _rank_world()
     share = shard(micro_batches, rank, world)
     opt.zero_grad(set_to_none=True)
     out = []

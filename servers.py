@@ -223,13 +223,40 @@ def healthy(url):
         return False
 
 
+def serve_in_thread(app, host, port, name, on_stop=lambda: None):
+    """An aiohttp app served from a thread of this process, on an event loop of its own (the embedded server, the
+    oracle): (the port it bound, stop())."""
+    started, box = threading.Event(), {}
+
+    def run():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)     # Ctrl-C: not 60 s of grace
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, host, port).start())
+        box["port"], box["loop"] = runner.addresses[0][1], loop
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    started.wait(60)
+
+    def stop():
+        on_stop()
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(timeout=10)
+    return box["port"], stop
+
+
 # ----------------------------------------------------------------------------- the OpenAI stream format
 
 class ChatStream:
     """One chat completion as server-sent events, chunked as vLLM and OpenAI do: `await ChatStream().open(...)`,
     `send` a delta (the role chunk first), then `end`: the rest of the content, one whole delta per tool call,
     the finish chunk, the usage chunk if given, `data: [DONE]`. choice: fields every chunk's choice carries
-    (serve.py's logprobs and token_ids).
+    (inference.py's logprobs and token_ids).
 
     A client that went away (a harness killed at shutdown or timed out, a dropped connection) ends the stream
     quietly: `gone` turns true and the writes left are skipped. Raised, the write's ConnectionResetError would

@@ -49,7 +49,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import recipe as RC
 import sandbox as SB
 import taskenv as E
 from guard import RULES
@@ -431,7 +430,8 @@ def main(argv=None):
     s.add_argument("dir", help="a folder of tasks, a suite, or several comma-separated (e.g. repo2rl,smoldata)")
     s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: recipe.py's)")
     args = ap.parse_args(argv)
-    if args.cmd == "split":     # the numbers are recipe.py's table
+    if args.cmd == "split":     # the numbers are recipe.py's table (imported here: it brings torch, via grpo)
+        import recipe as RC
         seed = RC.SHARED["seed"] if args.seed is None else args.seed
         return print(json.dumps(split_manifest(load_tasks(args.dir), RC.HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()

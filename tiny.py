@@ -172,7 +172,8 @@ _LFM3 = dict(template=LFM3_TEMPLATE, special=_LFM_SPECIAL[:3] + _LFM_SPECIAL[6:8
 _DENSE = dict(template=QWEN3_TEMPLATE, special=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
               added=["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"],
               bos=None, eos="<|im_end|>", pad="<|endoftext|>")  # Qwen3: no BOS in the template
-FAMILIES = {"lfm2": _LFM2, "lfm2_moe": _LFM2, "lfm3": _LFM3, "llama": _DENSE, "qwen3": _DENSE}
+# each family's tokenizer and chat-template style (families.py holds the rest of its record)
+STYLES = {"lfm2": _LFM2, "lfm2_moe": _LFM2, "lfm3": _LFM3, "llama": _DENSE, "qwen3": _DENSE}
 TINY_MERGES = 400
 
 _CORPUS = """The quick brown fox jumps over the lazy dog. You are a helpful coding assistant that reads files,
@@ -203,9 +204,9 @@ The answer is correct. All 12 tests passed in 0.31s. Done: the fix handles empty
 
 def write_tiny_tokenizer(dir, model_type: str) -> dict:
     """Write `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` for a tiny checkpoint."""
-    if model_type not in FAMILIES:
-        raise ValueError(f"unknown model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
-    fam, dir = FAMILIES[model_type], Path(dir)
+    if model_type not in STYLES:
+        raise ValueError(f"unknown model_type {model_type!r}; supported: {', '.join(sorted(STYLES))}")
+    fam, dir = STYLES[model_type], Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -346,12 +346,14 @@ def restore_checkpoint(st, trainers):
 async def open_dashboard(run_dir, host, port):
     """The live dashboard (dashboard.py) as a process of its own: it only reads the run's files. It ends with the
     run, even a killed one (the kernel's parent-death signal). Returns (process, its URL with the token)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("dashboard.py")), str(run_dir), "--host", host, "--port",
-        str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **SB.spawn_kw())
+    with open(run_dir / "dashboard.log", "ab") as log:     # its errors; stdout: the one line with its URL
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).with_name("dashboard.py")), str(run_dir), "--host", host, "--port",
+            str(port), stdout=asyncio.subprocess.PIPE, stderr=log, **SB.spawn_kw())
     line = (await proc.stdout.readline()).decode()
     if not line.startswith("dashboard http"):
-        why = (await proc.stderr.read()).decode().strip().rpartition(": ")[2]
+        await proc.wait()
+        why = (run_dir / "dashboard.log").read_text(errors="replace").strip().rpartition(": ")[2]
         raise ValueError(f"--dashboard {port}: cannot listen there ({why or line.strip()})")
     return proc, line.split()[1]
 
@@ -399,14 +401,17 @@ def start_server(cfg, path, model, mode, device, names, run_dir):
     holds every version a rollout may still use: the staleness window's. FSDP2 shards the trainer's copy: the
     embedded engine decodes from a whole one of its own."""
     serve_on, train_on, memory, _ = placement(cfg, 0)
+    local = cfg["server"] == "local"
     if serve_on:
         print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
               f"{train_on if P.world() > 1 else device}", flush=True)
     return I.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
-                          model=model if mode != "fsdp" else C.load_model(path, device=device), rank=cfg["rank"],
+                          model=model if mode != "fsdp" else local and C.load_model(path, device=device) or None,
+                          rank=cfg["rank"],
                           threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
                           max_loras=len(names) * G.live_versions(cfg["max_staleness"]), gpus=serve_on,
-                          memory=serve_on and memory, api_key=os.environ.get("HARNESS_RL_API_KEY") or "new")
+                          memory=serve_on and memory,
+                          api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new")
 
 
 async def start_pool(tr, cfg, run_dir, sandbox):
@@ -496,6 +501,7 @@ async def run(cfg, resume=False):
             watch.cancel()
         if dash:
             dash[0].terminate()
+            await dash[0].wait()
         reporter.close()
         try:     # a step that failed half-way under torchrun: the others are stuck in it; DDP's rank 0 saves alone
             if not P.broken() or mode == "ddp":

@@ -172,13 +172,13 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
     out.mkdir(parents=True, exist_ok=True)
     model = C.load_model(base, device=device)
     learner = Learner(model, ADAPTER, rank=rank, alpha=alpha, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
-                      seed=seed, lock=threading.Lock(), base=str(base))
+                      seed=seed, lock=threading.Lock(), base=str(base), alone=True)   # under torchrun: rank 0's
     start, losses = 0, []
     rng = random.Random(seed)
     ckpt = out / "checkpoint.pt"
     if resume and ckpt.exists():
         st = torch.load(ckpt, weights_only=False)
-        learner.restore(st["learner"])
+        learner.restore(st.get("learner", st))     # before the Learner: {"adapter": [...], "optimizer": ...}
         start, losses, rng = st["step"], st["losses"], st["rng"]
         log(f"sft: resuming from {ckpt} at step {start}")
     seqs_of = [G.build_sequences(d.turns, 1.0, d.file) for d in demos]

@@ -77,7 +77,7 @@ def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, s
 
 
 def grpo_loss(*a, **kw):
-    """grpo.grpo_loss with the recipe's loss settings from train.py's table (it takes them explicitly)."""
+    """grpo.grpo_loss with the recipe's loss settings from recipe.py's table (it takes them explicitly)."""
     return G.grpo_loss(*a, **{**loss_settings(SHARED), **kw})
 
 

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chat import ChatFormat  # noqa: E402
-from tiny import FAMILIES, write_tiny_tokenizer  # noqa: E402
+from tiny import STYLES, write_tiny_tokenizer  # noqa: E402
 
 FAMILY_NAMES = ["lfm2", "lfm2_moe", "lfm3", "llama", "qwen3"]
 FORMAT_FAMILY = {"pythonic": "lfm2", "xml": "lfm3", "json": "qwen3"}
@@ -264,7 +264,7 @@ def test_unknown_model_type_lists_supported_ones(tmp_path):
 @pytest.mark.parametrize("model_type", FAMILY_NAMES)
 def test_tiny_tokenizer_ids_match_its_special_tokens(tmp_path, model_type):
     info = write_tiny_tokenizer(tmp_path, model_type)
-    fmt, fam = ChatFormat.from_checkpoint(tmp_path), FAMILIES[model_type]
+    fmt, fam = ChatFormat.from_checkpoint(tmp_path), STYLES[model_type]
     assert info["vocab_size"] == fmt.tokenizer.get_vocab_size() <= 1024
     assert fmt.tokenizer.id_to_token(info["eos_token_id"]) == fam["eos"] == fmt.eos_token
     assert fmt.tokenizer.id_to_token(info["pad_token_id"]) == fam["pad"]

@@ -221,7 +221,7 @@ def test_a_stale_stack_is_never_used(tmp_path):
             p.mul_(-2)
     check("after copy_")
     config, sd = L.snapshot(ours, "live")
-    L.install_adapter(ours, config, sd, "b", replace=True)       # serve.py's load_inplace
+    L.install_adapter(ours, config, sd, "b", replace=True)       # inference.py's load_inplace
     check("after a load in place")
     L.remove_adapter(ours, "a")
     L.add_lora(ours, rank=8, alpha=8, adapters=("a",))           # same name, new weights (B = 0: the base)

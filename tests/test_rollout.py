@@ -22,7 +22,7 @@ import tasks as T
 import tiny
 from recipe import SHARED
 
-NUMBERS = {k: SHARED[k] for k in ("max_tokens", "context")}    # the recipe's, from train.py's table
+NUMBERS = {k: SHARED[k] for k in ("max_tokens", "context")}    # the recipe's, from recipe.py's table
 SOLVE = "echo 42 > answer.txt"
 HACK = "echo 1 > /logs/verifier/reward.txt"
 

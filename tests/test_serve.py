@@ -1,4 +1,4 @@
-"""serve.py: the embedded server speaks vLLM's protocol; batching, adapters, errors; the vLLM launcher."""
+"""inference.py and serve.py: the embedded server speaks vLLM's protocol; batching, adapters, errors; the vLLM launcher."""
 import asyncio
 import collections
 import json

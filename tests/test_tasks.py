@@ -592,7 +592,7 @@ def held_counts(tasks, sources=("repo2rl", "smoldata", "toy", "mine")):
 
 
 def test_the_recipes_40_repo2rl_and_150_smoldata_are_held_out_once_a_source_has_twice_as_many():
-    assert HOLDOUT["counts"] == {"repo2rl": 40, "smoldata": 150}                 # recipe.md, in train.py's table
+    assert HOLDOUT["counts"] == {"repo2rl": 40, "smoldata": 150}                 # recipe.md, in recipe.py's table
     full = fake("repo2rl", 270) + fake("smoldata", 2000) + fake("toy", 6) + fake("mine", 1000)
     assert held_counts(full) == {"repo2rl": 40, "smoldata": 150, "toy": 1, "mine": 150}   # unnamed: 15 %
     # from twice the count on, the count itself (the old "15 % capped at 40 / 150" held out 12 and 45 here)
