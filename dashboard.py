@@ -15,10 +15,9 @@ its turns, tool calls and results, the guard's verdicts (rule + note) and its re
 
 Everything a request names is checked: run index and numbers are non-negative integers (400 naming the
 field), a file path must stay inside the run dir (no absolute path, no `..`, no symlink out: 400; missing:
-404), every error is a JSON {"error": ...}. Files are read on two threads of the dashboard's own (its
-event loop never waits on the disk), and once each: metrics from the
-last complete line on (a half-written last line waits for the next poll), rollout files once per (mtime,
-size). NaN / Infinity in a file become null.
+404), every error is a JSON {"error": ...}. Files are read on two threads of the dashboard's own (its event loop
+never waits on the disk), and once each: metrics from the last complete line on (a half-written last line waits for
+the next poll), rollout files once per (mtime, size). NaN / Infinity in a file become null.
 
 Every request needs the token in the URL it prints (fresh per start, as Jupyter's; the page then keeps it in an
 HttpOnly, SameSite=Strict cookie): reaching the port is not enough (a public task's agent, another user).
@@ -50,6 +49,7 @@ FILTERS = ("all", "blocked", "failed", "solved")
 REPORTS = ("report.html", "result.json", "report.md")     # what eval.py writes
 SKIP = {"rollouts", "adapters", "checkpoint", "checkpoint.tmp", "checkpoint.prev", "sandboxes"}   # big, no reports
 COOKIE = "harness_rl_token"
+RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys of runs written before the rename
 PAGE_CSP = "default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -78,7 +78,7 @@ def summarize(atif, rel):
     verdicts = [v for v in x.get("verdicts") or [] if isinstance(v, dict)]
     return {"id": rel, "trainer": trainer, "version": int(folder) if folder.isdigit() else folder,
             "session": atif.get("session_id"), "task": x.get("task"), "reward": x.get("reward"),
-            "score": x.get("score"), "tool_calls": x.get("tool_calls"), "flagged": bool(x.get("flagged")),
+            "score": x.get("score"), "tool_calls": x.get("tool_calls"), "blocked": bool(verdicts),
             "rules": [str(v.get("rule")) for v in verdicts], "failure": x.get("failure") or "",
             "reason": x.get("reason") or "", "start_version": x.get("start_version"), "seconds": x.get("seconds"),
             "turns": sum(s.get("source") == "agent" for s in atif.get("steps") or [] if isinstance(s, dict))}
@@ -87,7 +87,7 @@ def summarize(atif, rel):
 def keep(s, flt):
     """Whether a rollout row passes a list filter: blocked = a guard verdict; failed = ungraded (no score);
     solved = full pass (score 1), blocked or not (its reward says which)."""
-    return flt == "all" or (flt == "blocked" and s["flagged"]) or \
+    return flt == "all" or (flt == "blocked" and s["blocked"]) or \
         (flt == "failed" and (s["failure"] or s["score"] is None)) or (flt == "solved" and s["score"] == 1)
 
 
@@ -123,7 +123,7 @@ class Run:
             except (ValueError, UnicodeDecodeError):     # a corrupt line (a crash mid-write, then more lines)
                 continue
             if isinstance(m, dict):
-                self.metrics.append(m)
+                self.metrics.append({RENAMED.get(k, k): v for k, v in m.items()})
         if whole:
             self.offset += len(whole)
             self.tail = whole[-256:]
@@ -166,7 +166,7 @@ class Run:
 
     def trainers(self):
         return sorted({e.name for e in _dirs(self.path / "rollouts")} |
-                      {m["harness"] for m in self.metrics if isinstance(m.get("harness"), str)})
+                      {m["trainer"] for m in self.metrics if isinstance(m.get("trainer"), str)})
 
     def reports(self):
         """Eval reports (eval.py's files) in the run dir, up to 3 levels down, skipping the bulky folders."""
@@ -434,7 +434,7 @@ const CHARTS = [
   ["reward", "reward", m => ({reward: m.reward})],
   ["pass", "pass rate", m => ({"pass rate": m.pass_rate})],
   ["tools", "tool calls per rollout", m => ({"tool calls": m.tool_calls})],
-  ["blocks", "guard blocks (rollouts with a blocked call)", m => ({blocked: m.guard_blocks})],
+  ["blocks", "guard blocks (rollouts with a blocked call)", m => ({blocked: m.blocked})],
   ["ungraded", "ungraded rollouts by reason", m => Object.assign({total: m.ungraded}, m.ungraded_by || {}), true],
   ["stale", "rollouts dropped as stale", m => ({stale: m.dropped_stale})],
   ["is", "importance weight w / cut / trunc share", m => ({w: m.is_weight, cut: m.clip_frac, trunc: m.trunc_frac})],
@@ -482,9 +482,9 @@ function chart(id, title, series, xlabel, empty = "no data yet") {
   return `<div class="card">${svg}</svg><div class="legend">${legend}</div></div>`;
 }
 function seriesOf(trainer, pick, zeros) {
-  const out = [], runs = S.runs.filter(r => (S.lines[r.id] || []).some(m => m.harness === trainer));
+  const out = [], runs = S.runs.filter(r => (S.lines[r.id] || []).some(m => m.trainer === trainer));
   runs.forEach((run, ri) => {
-    const ms = S.lines[run.id].filter(m => m.harness === trainer), keys = [];
+    const ms = S.lines[run.id].filter(m => m.trainer === trainer), keys = [];
     for (const m of ms) for (const k of Object.keys(pick(m))) if (!keys.includes(k)) keys.push(k);
     keys.forEach((k, ki) => out.push({run: run.id, key: k,
       name: (runs.length > 1 ? run.name + " " : "") + k, dash: DASHES[S.runs.indexOf(run) % DASHES.length],
@@ -504,7 +504,7 @@ function guardSeries(trainer) {        // blocked calls by rule, x = adapter ver
   return out;
 }
 function draw() {
-  const trainers = [...new Set(S.runs.flatMap(r => (S.lines[r.id] || []).map(m => m.harness)))].sort();
+  const trainers = [...new Set(S.runs.flatMap(r => (S.lines[r.id] || []).map(m => m.trainer)))].sort();
   document.getElementById("panels").innerHTML = trainers.map(t =>
     `<section data-trainer="${esc(t)}"><h2>${esc(t)}</h2><div class="grid">` +
     CHARTS.map(([id, title, pick, zeros]) => chart(id, title, seriesOf(t, pick, zeros), "step")).join("") +

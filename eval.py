@@ -92,7 +92,7 @@ def summarize(rollouts):
             "ci95": wilson(k, len(graded)), "score": score, "score_ci95": score_ci,
             "tool_calls": mean_or_none([r["tool_calls"] for r in graded]),
             "tool_calls_solved": mean_or_none([r["tool_calls"] for r in graded if r["score"] == 1.0]),
-            "guard_blocks": sum(r["flagged"] for r in rollouts), "ungraded": len(rollouts) - len(graded),
+            "blocked": sum(r["blocked"] for r in rollouts), "ungraded": len(rollouts) - len(graded),
             "timed_out": sum(bool(r.get("timed_out")) for r in graded),     # graded: scored as the work dir was left
             "ungraded_by": dict(sorted(why.items()))}
 
@@ -111,7 +111,7 @@ def table(rep) -> str:
         (lo, hi), (slo, shi) = s["ci95"], s["score_ci95"]
         rows.append((m, str(s["n"]), "-" if s["score"] is None else f"{s['score']:.3f} ({slo:.3f}-{shi:.3f})",
                      "-" if s["pass@1"] is None else f"{s['pass@1']:.0%} ({lo:.0%}-{hi:.0%})",
-                     _f(s["tool_calls"]), _f(s["tool_calls_solved"]), str(s["guard_blocks"]), _why(s)))
+                     _f(s["tool_calls"]), _f(s["tool_calls_solved"]), str(s["blocked"]), _why(s)))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w[i]) if i in (0, len(r) - 1) else c.rjust(w[i])
                                for i, c in enumerate(r)).rstrip()
@@ -160,11 +160,11 @@ def write_html(path, rep, meta):
               bars("mean tool calls", [(m, s["tool_calls"], None) for m, s in ms.items()], "{:.1f}"),
               bars("mean tool calls on tasks solved by both base and model",
                    [(m, s["tool_calls_on_both_solved"], None) for m, s in ms.items()], "{:.1f}"),
-              bars("guard blocks", [(m, s["guard_blocks"], None) for m, s in ms.items()], "{:.0f}")]
+              bars("guard blocks", [(m, s["blocked"], None) for m, s in ms.items()], "{:.0f}")]
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{s['graded']}/{s['n']}</td><td>{_f(s['score'], '{:.3f}')}"
                    f"</td><td>{s['score_ci95'][0]:.3f} - {s['score_ci95'][1]:.3f}</td><td>{_f(s['pass@1'], '{:.1%}')}"
                    f"</td><td>{s['ci95'][0]:.1%} - {s['ci95'][1]:.1%}</td><td>{_f(s['tool_calls'])}</td>"
-                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['guard_blocks']}</td>"
+                   f"<td>{_f(s['tool_calls_solved'])}</td><td>{s['blocked']}</td>"
                    f"<td>{html.escape(_why(s))}</td></tr>"
                    for m, s in ms.items())
     per = "".join(f"<h3>{html.escape(m)}</h3>" + "".join(
@@ -299,12 +299,12 @@ async def evaluate(args):
                 for r in g.rollouts:
                     results.append({"model": m, "task": g.task.name, "source": g.task.source, "type": g.task.type,
                                     "sample": r.index, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
-                                    "flagged": r.flagged, "reason": r.reason, "failure": r.failure,
+                                    "blocked": r.blocked, "reason": r.reason, "failure": r.failure,
                                     "turns": len(r.turns),
                                     "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
                                     "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})
                     print(f"  {m:<20} {g.task.name:<32} score {r.score} tools {r.tool_calls}"
-                          f"{' BLOCKED' if r.flagged else ''}", flush=True)
+                          f"{' BLOCKED' if r.blocked else ''}", flush=True)
             if m in names:                       # done with this adapter: its slot is free (best effort)
                 try:
                     await client.unload_adapter(served[m])

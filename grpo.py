@@ -48,12 +48,12 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- rewards, advantages
 
-def shaped_reward(score, tool_calls, flagged, bonus, scale):
-    """The recipe's reward (bonus, scale: recipe.py's table). score in [0, 1] or None (ungraded); flagged =
+def shaped_reward(score, tool_calls, blocked, bonus, scale):
+    """The recipe's reward (bonus, scale: recipe.py's table). score in [0, 1] or None (ungraded); blocked =
     the guard blocked a call."""
     if score is None:
         return None
-    if flagged:
+    if blocked:
         return 0.0
     score = float(score)
     return score + bonus * (1 - tool_calls / scale) if score == 1.0 else score

@@ -77,7 +77,7 @@ effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=
 def rollout_reward(cfg):
     """The reward of a finished rollout, decided once, with the run's numbers: the pool stores it as r.reward
     and in the ATIF file, advantages and metrics read it from there (eval.py reports the same one)."""
-    return lambda r: G.shaped_reward(r.score, r.tool_calls, r.flagged, cfg["bonus"], cfg["bonus_scale"])
+    return lambda r: G.shaped_reward(r.score, r.tool_calls, r.blocked, cfg["bonus"], cfg["bonus_scale"])
 
 
 def loss_settings(cfg):

@@ -4,7 +4,7 @@
   its own base URL `/r/<id>/v1` and secret (Bearer, constant-time compare). A chat request is rewritten
   into the server's: the current adapter as `model`, the trainer's sampling parameters, `stream: false`,
   logprobs and `return_token_ids`, the rollout's id as `user`. Every tool call in the answer passes the guard; a blocked call is
-  removed and a text note takes its place, and the rollout is flagged (reward 0). The turn is recorded
+  removed and a text note takes its place, and the rollout is blocked (reward 0). The turn is recorded
   exactly as the server returned it (prompt ids, completion ids, logprobs, adapter version) and the
   answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
   summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
@@ -81,8 +81,8 @@ class Rollout:
     exchanges: list = field(default_factory=list)    # (request messages, answer message, turn index) for ATIF
     tools: list | None = None
     tool_calls: int = 0
-    flagged: bool = False
     verdicts: list = field(default_factory=list)     # {"call", "rule", "note"} of every blocked call
+    blocked = property(lambda self: bool(self.verdicts))     # the guard blocked a call: its reward is 0
     aux_requests: int = 0
     final_message: str = ""            # the model's last answer (graded by tasks that read AGENT_OUTPUT)
     errors: list = field(default_factory=list)       # infrastructure failures: make the rollout ungraded
@@ -271,7 +271,6 @@ class Proxy:
                 kept.append(call)
             else:
                 notes.append(v.note)
-                r.flagged = True
                 r.verdicts.append({"call": call, "rule": v.rule, "note": v.note})
         if notes:
             msg["content"] = "\n".join(filter(None, [msg.get("content")] + notes))
@@ -461,7 +460,6 @@ def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
                               "total_steps": len(steps)},
             "extra": {"task": r.task.name, "group": r.group, "start_version": r.start_version, "score": r.score,
                       "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls,
-                      "flagged": r.flagged,
                       "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
                       "timed_out": r.timed_out, "aux_requests": r.aux_requests, "guard_context": r.guard_context,
                       "seconds": round(r.finished - r.started, 3)}}

@@ -21,6 +21,7 @@ import checkpoint as C
 
 
 CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
+RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys of runs written before the rename
 
 
 def write_checkpoint(run_dir, state):
@@ -99,10 +100,10 @@ def trim_metrics(path, last):
     keep = []
     for line in lines:
         try:
-            m = json.loads(line)
+            m = read_metric(line)
         except json.JSONDecodeError:
             continue
-        if m.get("step", 0) <= last.get(m.get("harness"), 0):
+        if m.get("step", 0) <= last.get(m.get("trainer"), 0):
             keep.append(line)
     path.write_text("".join(x + "\n" for x in keep))
     return len(lines) - len(keep)
@@ -117,14 +118,19 @@ def progress(m):
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
-    return (f"[{m['harness']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
+    return (f"[{m['trainer']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
             f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) "
-            f"blocks {m['guard_blocks']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
+            f"blocks {m['blocked']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
             f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
             f"| loss {f(m['loss'])} w {f(m.get('is_weight'), '{:.2f}')} cut {f(m.get('clip_frac'), '{:.2f}')} "
             f"trunc {f(m.get('trunc_frac'), '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
             f"| in flight {m['in_flight']}")
+
+
+def read_metric(line):
+    m = json.loads(line)
+    return {RENAMED.get(k, k): v for k, v in m.items()} if isinstance(m, dict) else m
 
 
 def append_metrics(run_dir, m):
@@ -136,11 +142,11 @@ def summary(run_dir, trainers, seconds):
     """The end-of-run lines: per trainer (name -> (steps, its last adapter's folder)), the reward curve (first
     vs last quarter of steps), pass rate, tool calls per rollout (and per solved one, last quarter), rollouts lost,
     and how much of the trained tokens' gradient was cut."""
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
+    lines = [read_metric(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
     print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")
     for name, (steps, adapter) in trainers.items():
-        ms = [m for m in lines if m["harness"] == name]
+        ms = [m for m in lines if m["trainer"] == name]
         rs = [m["reward"] for m in ms if m["reward"] is not None]
         k = max(1, len(rs) // 4)
         first, last = (sum(rs[:k]) / k, sum(rs[-k:]) / k) if rs else (0.0, 0.0)

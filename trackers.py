@@ -71,8 +71,8 @@ class Reporter:
     def log(self, m):
         for kind, (log, _) in list(self.live.items()):
             try:
-                log(flat({k: v for k, v in m.items() if k not in ("harness", "step")}, m["harness"]), m["step"],
-                    m["harness"])
+                log(flat({k: v for k, v in m.items() if k not in ("trainer", "step")}, m["trainer"]), m["step"],
+                    m["trainer"])
             except Exception as e:       # a tracker's outage is not the run's: say so once, go on without it
                 print(f"--report-to {kind}: {type(e).__name__}: {e}; not reporting to it any more", file=sys.stderr)
                 del self.live[kind]

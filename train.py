@@ -226,13 +226,13 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
 
     def commit(losses):
         t2 = time.time()
-        m = {"harness": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups),
+        m = {"trainer": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups),
              "rollouts": len(rollouts),
              "reward": RD.mean_or_none([r.reward for r in graded]), "score": RD.mean_or_none([r.score for r in graded]),
              "pass_rate": RD.mean_or_none([float(r.score == 1.0) for r in graded]),
              "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]),
              "tool_calls_solved": RD.mean_or_none([r.tool_calls for r in graded if r.score == 1.0]),
-             "guard_blocks": sum(r.flagged for r in rollouts), "timed_out": sum(r.timed_out for r in graded),
+             "blocked": sum(r.blocked for r in rollouts), "timed_out": sum(r.timed_out for r in graded),
              "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
                  r.failure or "other" for r in rollouts if r.reward is None)),
              "no_signal": no_signal,

@@ -121,7 +121,7 @@ def read_demonstrations(paths, fmt, min_score=1.0, context=None):
         except (OSError, ValueError, AssertionError):
             raise DemoError(f"{f}: not an ATIF trajectory (schema_version ATIF-v1.x, steps)") from None
         extra = traj.get("extra") or {}
-        if extra.get("flagged") or extra.get("verdicts"):
+        if extra.get("verdicts"):
             skipped["guard"] += 1
             continue
         if extra.get("score") is None or extra["score"] < min_score:
@@ -244,7 +244,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
                                         sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                         waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
                                         cheat=warm.get("cheat", 0.0)))
-        solved = sum(r.score == 1.0 and not r.flagged for r in rollouts)
+        solved = sum(r.score == 1.0 and not r.blocked for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
             f"({time.time() - t0:.0f} s)")

@@ -102,7 +102,7 @@ def main(argv=None):
         res = json.loads(done.read_text())
         for r in res["rollouts"]:
             key = (run, "adapter" if r["model"] in res["meta"]["adapters"] else "base")
-            ok = not r["flagged"] and r["score"] is not None
+            ok = not r.get("blocked", r.get("flagged")) and r["score"] is not None
             pass1.setdefault(key, defaultdict(list))[r["task"]].append(float(ok and r["score"] == 1.0))
             score.setdefault(key, defaultdict(list))[r["task"]].append(r["score"] if ok else 0.0)
     tasks = len(pass1[(a.runs[0], "adapter")])

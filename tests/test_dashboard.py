@@ -172,7 +172,7 @@ def test_metrics_are_incremental_and_a_half_written_line_waits(run, tmp_path):
     assert first["lines"] == [json.loads(real[0])] and first["next"] == 1
     assert waiting["lines"] == [] and waiting["next"] == 1                  # the half line is not served
     assert whole["lines"] == [json.loads(real[1])] and whole["next"] == 2
-    assert odd["lines"] == [{"harness": "mini", "step": 3, "reward": None, "loss": None, "fill": None, "x": None}]
+    assert odd["lines"] == [{"trainer": "mini", "step": 3, "reward": None, "loss": None, "fill": None, "x": None}]
     assert odd["next"] == 3                                                  # the broken line is skipped
     assert [m["step"] for m in again["lines"]] == [1, 2, 3]
     assert trimmed["reset"] and trimmed["next"] == 1                        # the page starts over
@@ -432,7 +432,7 @@ def test_rollout_view_shows_a_blocked_call_with_its_rule_and_note(tmp_path):
 
     async def go():
         rollouts = await blocked_rollout(tmp_path)
-        assert all(r.flagged and r.reward == 0 and r.score == 1.0 for r in rollouts), [r.errors for r in rollouts]
+        assert all(r.blocked and r.reward == 0 and r.score == 1.0 for r in rollouts), [r.errors for r in rollouts]
         v = rollouts[0].verdicts[0]
         runner, url = await D.start([tmp_path / "run"])
         try:

@@ -150,7 +150,7 @@ def test_solved_task_is_graded_and_tokens_are_captured(tmp_path, name):
     up = Upstream()
     r = asyncio.run(one(tmp_path, name, up))
     assert r.errors == [] and r.score == 1.0, (r.errors, r.reason)
-    assert r.tool_calls == 1 and not r.flagged
+    assert r.tool_calls == 1 and not r.blocked
     assert r.reward is None and r.failure == ""           # the reward is the trainer's to decide, once
     assert [(t.prompt_ids, t.completion_ids, t.logprobs) for t in r.turns] == up.returned     # (c)
     assert all(t.version == 3 for t in r.turns)
@@ -165,9 +165,9 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
     need(name)
     up = Upstream(command=[HACK, SOLVE])          # one blocked call, one allowed: the harness carries on
     r = asyncio.run(one(tmp_path, name, up))
-    assert r.flagged and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
-    assert r.tool_calls == 2 and r.score == 1.0                          # solved, but flagged: reward 0
-    assert G.shaped_reward(r.score, r.tool_calls, r.flagged, 0.1, 15) == 0.0
+    assert r.blocked and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
+    assert r.tool_calls == 2 and r.score == 1.0                          # solved, but blocked: reward 0
+    assert G.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
     note = r.verdicts[0]["note"]
     later = [m for q in up.requests[1:] for m in q["messages"] if m.get("role") == "assistant"]
     assert any(note in json.dumps(m.get("content")) for m in later), "the note did not reach the harness"
@@ -593,7 +593,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     assert rules == ["answer-lookup"] * 3 + ["test-editing"], r.verdicts
     assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
     assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
-    assert G.shaped_reward(r.score, r.tool_calls, r.flagged, 0.1, 15) == 0.0
+    assert G.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
     saved = tmp_path / "rollouts" / name / "0" / f"{r.id}.json"          # the post-hoc scan, from the ATIF alone
     saved.parent.mkdir(parents=True)
     saved.write_text(json.dumps(R.to_atif(r)))

@@ -87,7 +87,7 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
                             "--run", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert fresh.returncode != 0 and "is in use" in fresh.stderr and (run / "config.json").exists()   # untouched
     while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
-            len({(m["harness"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
+            len({(m["trainer"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
         assert p.poll() is None, p.stdout.read()      # the server keeps serving: steps go on after the faults
         time.sleep(0.5)
     os.killpg(p.pid, signal.SIGKILL)           # mid-run, no chance to clean up
@@ -101,9 +101,9 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     assert f"resuming {run} from checkpoint" in out, out
     ms = metrics(run)
     for h in ("mini", "mini-b"):
-        steps = [m["step"] for m in ms if m["harness"] == h]
+        steps = [m["step"] for m in ms if m["trainer"] == h]
         assert steps == list(range(1, 13)), (h, steps)                   # every step once, none corrupt
-        last = [m["version"] for m in ms if m["harness"] == h][-1]
+        last = [m["version"] for m in ms if m["trainer"] == h][-1]
         assert (run / "adapters" / f"{h}-v{last}" / "adapter_model.safetensors").exists()
     for m in ms:
         assert m["tokens"] > 0 and m["loss_tokens"] > 0 and 0 < m["fill"] <= 1
@@ -247,9 +247,9 @@ def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
     h = 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
     assert m == statistics.mean(xs) and abs(lo - (m - h)) < 1e-12 and abs(hi - (m + h)) < 1e-12
     assert E.mean_interval([0.5]) == (0.5, (0.5, 0.5)) and E.mean_interval([]) == (None, (0.0, 0.0))
-    s = E.summarize([{"score": 1.0, "tool_calls": 2, "flagged": False}, {"score": 0.5, "tool_calls": 4, "flagged": True},
-                     {"score": None, "tool_calls": 0, "flagged": False}])
-    assert s["tool_calls_solved"] == 2 and s["tool_calls"] == 3 and s["guard_blocks"] == 1 and s["ungraded"] == 1
+    s = E.summarize([{"score": 1.0, "tool_calls": 2, "blocked": False}, {"score": 0.5, "tool_calls": 4, "blocked": True},
+                     {"score": None, "tool_calls": 0, "blocked": False}])
+    assert s["tool_calls_solved"] == 2 and s["tool_calls"] == 3 and s["blocked"] == 1 and s["ungraded"] == 1
 
 
 def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
@@ -399,7 +399,7 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "r"
     atif = [json.loads(f.read_text())["extra"] for f in (run / "rollouts").rglob("*.json")]
     for x in atif:
-        assert x["reward"] == pytest.approx(G.shaped_reward(x["score"], x["tool_calls"], x["flagged"], 0.3, 15))
+        assert x["reward"] == pytest.approx(G.shaped_reward(x["score"], x["tool_calls"], bool(x["verdicts"]), 0.3, 15))
     assert any(x["reward"] == pytest.approx(1.3) for x in atif)           # the bonus really is 0.3
     by_group = {}
     for x in atif:
@@ -711,10 +711,10 @@ def test_report_to_a_tracker_that_is_missing_is_one_line(tmp_path, env, kind, ne
 
 def test_eval_table_shows_rollouts_score_pass_tools_blocks_and_why_ungraded():
     import eval as E
-    rs = [dict(model="base", task="t1", source="toy", type="x", score=0.0, tool_calls=0, flagged=False, failure="")] * 3
+    rs = [dict(model="base", task="t1", source="toy", type="x", score=0.0, tool_calls=0, blocked=False, failure="")] * 3
     rs += [dict(rs[0], score=0.1), dict(rs[0], score=None, failure="timeout")]
     rs += [dict(rs[0], model="v8", score=1.0, tool_calls=2), dict(rs[0], model="v8", score=0.5, tool_calls=4,
-                                                                 flagged=True),
+                                                                 blocked=True),
            dict(rs[0], model="v8", score=None, failure="harness"), dict(rs[0], model="v8", score=None, failure="timeout"),
            dict(rs[0], model="v8", score=None, failure="timeout")]
     rep = E.report(rs, "base")

@@ -104,8 +104,8 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     by = {r.task.name: r for r in rs}
     for t in tasks[:-1]:
         r = by[t.name]
-        assert r.score == 1.0 and not r.flagged and r.tool_calls >= 1, (t.name, r.score, r.verdicts, r.errors)
-    assert by["toy-even"].score == 0.0 and not by["toy-even"].flagged
+        assert r.score == 1.0 and not r.blocked and r.tool_calls >= 1, (t.name, r.score, r.verdicts, r.errors)
+    assert by["toy-even"].score == 0.0 and not by["toy-even"].blocked
     files = list((tmp_path / "out" / "rollouts").rglob("*.json"))
     assert len(files) == len(tasks)
     assert [r["fired"] for r in guard.scan(files) if r["fired"]] == []      # the post-hoc scan: nothing on honest runs
@@ -128,7 +128,7 @@ def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_pat
         out = tmp_path / f"cheat{cheat}"
         rs = asyncio.run(O.record(list(tasks.values()), harness, fmt, out, samples=1, sessions=3, max_tokens=4096,
                                   context=131072, waste=2, seed=1, cheat=cheat))
-        assert all(r.score == 1.0 and not r.flagged for r in rs), [(r.task.name, r.score, r.verdicts) for r in rs]
+        assert all(r.score == 1.0 and not r.blocked for r in rs), [(r.task.name, r.score, r.verdicts) for r in rs]
         scans = {s["task"]: s for s in guard.scan((out / "rollouts").rglob("*.json"))}
         fired = {k: sorted({rule for _, _, rule, _ in scans[t.name]["fired"]}) for k, t in tasks.items()}
         assert fired == ({k: [want[k]] for k in tasks} if cheat else {k: [] for k in tasks}), fired
@@ -162,7 +162,7 @@ def test_the_oracle_answers_every_files_task_in_its_reply_through_mini(tmp_path,
     tasks = T.load_tasks("files")
     rs = asyncio.run(O.record(tasks, H.get_harness("mini"), ChatFormat.from_checkpoint(chatml), tmp_path / "out",
                               samples=1, sessions=8, max_tokens=4096, context=131072, waste=2, reply="text", seed=0))
-    bad = [(r.task.name, r.score, r.verdicts) for r in rs if r.score != 1.0 or r.flagged or r.tool_calls < 1]
+    bad = [(r.task.name, r.score, r.verdicts) for r in rs if r.score != 1.0 or r.blocked or r.tool_calls < 1]
     assert len(rs) == len(tasks) == 65 and not bad, bad
     assert all(r.final_message.strip() and "answer.txt" not in r.final_message for r in rs)
 
