@@ -85,10 +85,10 @@ class LoRALinear(nn.Linear):
         self.routing = routing
         self._stack = None      # (names, dtype, versions, parameters, A, B, ranks): see `stacked`
 
-    def add(self, name, rank, scaling):
+    def add(self, name, rank, scaling, generator=None):
         w = self.weight    # adapters are kept in fp32 (master weights) whatever the base dtype
         A = torch.empty(rank, self.in_features, device=w.device, dtype=torch.float32)
-        nn.init.kaiming_uniform_(A, a=math.sqrt(5))      # PEFT's default init
+        nn.init.kaiming_uniform_(A, a=math.sqrt(5), generator=generator)      # PEFT's default init
         self.put(name, nn.Parameter(A), nn.Parameter(torch.zeros(self.out_features, rank, device=w.device,
                                                                  dtype=torch.float32)), scaling)
 
@@ -213,10 +213,9 @@ def add_lora(model, rank=None, alpha=None, adapters=("default",), seed=None):
     layers = _wrap(model)
     for name in adapters:
         _check_new(model, name)
-        if seed is not None:
-            torch.manual_seed(seed)
+        g = None if seed is None else torch.Generator(model.device).manual_seed(seed)    # the global RNG untouched
         for mod in layers.values():
-            mod.add(name, rank, alpha / rank)
+            mod.add(name, rank, alpha / rank, g)
         model.lora_config = getattr(model, "lora_config", {})
         model.lora_config[name] = {"r": rank, "lora_alpha": alpha, "use_rslora": False}
     return model

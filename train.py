@@ -294,8 +294,8 @@ def build(cfg, path, device, names):
     parallelism (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process)."""
     model, lock = C.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
     learners = [Learner(model, trainer_name(n), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"], lock=lock,
-                        weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"],
-                        base=str(cfg["model"])) for n in names]
+                        weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"] + i,
+                        base=str(cfg["model"])) for i, n in enumerate(names)]
     mode = None
     if P.world() > 1:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
