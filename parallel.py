@@ -7,25 +7,11 @@ is already divided by the step's *global* trained-token count (grpo_loss's num_t
 the ranks' gradients is the one-process gradient - not their mean, which is what DDP and FSDP2 compute
 by default, and is switched off here (a comm hook; a divide factor of 1).
 
-- `init()` -> (rank, world, device) from torchrun's environment (gloo on CPU, NCCL + gloo on CUDA);
-  outside torchrun (or with one process) no process group: (0, 1, device).
-- `shard(micro_batches, rank, world)`: this rank's share, the same count on every rank (None pads it):
-  every rank must run as many forward/backward passes as the others, because each one enters collectives
-  (FSDP2 all-gathers per forward, DDP all-reduces on the last backward). A padding slot runs a one-token
-  micro-batch whose loss is multiplied by 0: it adds exactly nothing to the gradient.
-- `wrap(model, mode)`: "ddp" - torch's DistributedDataParallel; only the LoRA parameters require grad,
-  so only they are all-reduced. "fsdp" - FSDP2 `fully_shard` on every decoder block, then the root, the
-  base and the adapter sharded together in each block (mixed precision: see wrap). One process: the model.
-- `train_step(...)`: zero grads, forward/backward over this rank's share (gradient sync on the last one
-  only), global grad norm, clip, optimizer step.
-- `adapter_state(model, name)`: the adapter's full tensors under PEFT keys, on rank 0 (a collective under
-  FSDP2: every rank calls it); `broadcast(obj)`: rank 0's object (e.g. the step's micro-batches) to all;
-  `gather(list)`: every rank's list, concatenated, on rank 0.
-- Rank 0 drives, the others mirror: `call(learner.update, *args)` on rank 0 runs that method on every
-  rank (the others are in `follow(objs)`, told which object and method first), so every rank enters the
-  method's collectives in the same order; `release()` ends the followers' loop.
-- `whole(obj)` / `load_whole(params, ...)`: a checkpoint's tensors as one process has them (FSDP2's shards
-  gathered) and back (each rank takes its slice), so a checkpoint is the same file at any world size.
+Every rank runs as many forward/backward passes as the others (`shard` pads with a one-token micro-batch whose
+loss is multiplied by 0), because each enters collectives. Rank 0 drives and the others mirror: `call(learner.update,
+*args)` on rank 0 runs that method on every rank (the others wait in `follow`), so all enter its collectives in the
+same order. `wrap`: DDP (only the LoRA parameters require grad, so only they are all-reduced) or FSDP2 per decoder
+block. A checkpoint is the same file at any world size (`whole` / `load_whole`).
 
 Left out: tensor / pipeline / expert parallelism, sharding the optimizer state of DDP (ZeRO), several
 trainable adapters in one wrapped model (DDP would need find_unused_parameters: each step trains one),

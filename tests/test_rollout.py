@@ -725,8 +725,8 @@ async def one_chat(tmp_path, mutate, stream, **extra):
 ])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_faulty_server_reply_is_a_recorded_error_and_a_neutral_answer(tmp_path, fault, mutate, stream):
-    """Each used to be a 500 with nothing recorded (the rollout not marked ungraded): now the rollout is
-    ungraded for a server fault, with the reason, and the harness gets a well-formed 400."""
+    """Each fault: the rollout is ungraded for a server fault, with the reason (not a 500 with nothing recorded),
+    and the harness gets a well-formed 400."""
     status, text, r, _ = asyncio.run(one_chat(tmp_path, mutate, stream))
     answer = json.loads(text)
     assert status == 400 and answer["error"]["message"] == "model request failed"
@@ -736,7 +736,7 @@ def test_a_faulty_server_reply_is_a_recorded_error_and_a_neutral_answer(tmp_path
 @pytest.mark.parametrize("stream", [False, True])
 def test_odd_but_usable_requests_and_replies_are_served(tmp_path, stream):
     """A harness's max_tokens as a string is ignored (the trainer's limit holds); a tool call without an id gets
-    one (the SSE stream used to break off at it); dict arguments become the JSON string harnesses expect."""
+    one (the SSE stream goes on past it); dict arguments become the JSON string harnesses expect."""
     calls = [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]
     status, text, r, up = asyncio.run(one_chat(tmp_path, _set_calls(calls), stream, max_tokens="100"))
     assert status == 200 and r.errors == [] and len(r.turns) == 1 and up.requests[0]["max_tokens"] == 77

@@ -761,8 +761,8 @@ def test_files_tasks_hold_their_answer_only_in_the_work_dir_and_pass_the_six_che
 # ----------------------------------------------------------------------------- faults in one task stay in that task
 
 def test_one_broken_task_is_its_own_failure_and_the_table_still_prints(tmp_path):
-    """[verifier] env = "oops" and an oracle that deletes its own tests/ used to abort the whole check with a
-    traceback and no table."""
+    """[verifier] env = "oops" and an oracle that deletes its own tests/ fail their own task, not the whole check
+    (no traceback, the table printed)."""
     make_task(tmp_path, "good")
     make_task(tmp_path, "env", toml='[task]\nname = "env"\n[verifier]\nenv = "oops"\n')
     make_task(tmp_path, "wrecker", solution={"solve.sh": 'rm -rf "$SOLUTION_DIR/../../tests" "$SOLUTION_DIR"\n'

@@ -37,8 +37,9 @@ def trainers_on(model, cfg, specs, run_dir, tasks, client=None, server=None):
     from learner import Learner
     lock = threading.Lock()
     return [T.Trainer(s, Learner(model, T.trainer_name(s), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"],
-                                 weight_decay=cfg["weight_decay"], grad_clip=cfg.get("grad_clip", 1.0), seed=cfg["seed"],
-                                 lock=lock, base="tiny"), cfg, run_dir, tasks, client, server) for s in specs]
+                                 weight_decay=cfg["weight_decay"], grad_clip=cfg.get("grad_clip", 1.0),
+                                 seed=cfg["seed"] + i, lock=lock, base="tiny"), cfg, run_dir, tasks, client, server)
+            for i, s in enumerate(specs)]
 
 
 def train(args, env, **kw):
@@ -56,11 +57,17 @@ def env(tmp_path):
     return dict(os.environ, HARNESS_RL_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
 
 
-def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
-    run = tmp_path / "runs" / "demo"
-    args = ["--model", "tiny", *RAW, "--harness", "mini,mini:b", "--runs", str(tmp_path / "runs"), "--run", "demo",
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """Two trainers in one process: faults sent straight at its live server, a second train.py tried on the live
+    run, then SIGKILL mid-run and --resume. What each step saw, for the tests below."""
+    tmp = tmp_path_factory.mktemp("killed")
+    run = tmp / "runs" / "demo"
+    env = dict(os.environ, HARNESS_RL_CACHE=str(tmp / "cache"), PYTHONUNBUFFERED="1",
+               HARNESS_RL_API_KEY="hrl-test-key")      # so that the test can reach the server directly
+    args = ["--model", "tiny", *RAW, "--harness", "mini,mini:b", "--runs", str(tmp / "runs"), "--run", "demo",
             "--steps", "12", "--save-every", "1", "--sessions", "16"]     # still running when the refusals are tried
-    env = dict(env, HARNESS_RL_API_KEY="hrl-test-key")      # so that this test can reach the server directly
+    out = {"run": run, "env": env, "codes": []}
     p = train(args, env)
     url = next(line for line in p.stdout if " server http" in line).split(" server ")[1].split(",")[0]
     deadline = time.time() + 300
@@ -69,35 +76,54 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
         time.sleep(0.5)
     # faults straight at the live server, between steps: a poisoned request, an adapter load of a bad file
     key = {"Authorization": "Bearer hrl-test-key", "Content-Type": "application/json"}
-    bad = tmp_path / "bad-adapter"
+    bad = tmp / "bad-adapter"
     bad.mkdir()
     (bad / "adapter_config.json").write_text('{"r": 8, "lora_alpha": "sixteen"}')
     for path, body in (("/v1/chat/completions", '{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}'),
                        ("/v1/load_lora_adapter", json.dumps({"lora_name": "mini-v1", "lora_path": str(bad),
                                                              "load_inplace": True}))):
-        req = urllib.request.Request(url + path, body.encode(), key)
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req, timeout=30)
-        assert e.value.code == 400, (path, e.value.read())
-    after_faults = len(metrics(run))
-    second = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)      # a second writer on a live run
-    assert second.returncode != 0 and "is in use by another train.py" in second.stderr, second.stderr
-    fresh = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--runs", str(tmp_path / "runs"),
-                            "--run", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert fresh.returncode != 0 and "is in use" in fresh.stderr and (run / "config.json").exists()   # untouched
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + path, body.encode(), key), timeout=30)
+            out["codes"].append((path, 200, ""))
+        except urllib.error.HTTPError as e:
+            out["codes"].append((path, e.code, e.read()))
+    out["after_faults"] = len(metrics(run))
+    out["second"] = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
+                                   capture_output=True, text=True, timeout=300)      # a second writer on a live run
+    out["fresh"] = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--runs",
+                                   str(tmp / "runs"), "--run", "demo"], cwd=ROOT, env=env, capture_output=True,
+                                  text=True, timeout=300)
+    out["config_after_refusals"] = (run / "config.json").exists()
     while time.time() < deadline and not (run / "checkpoint" / "state.pt").exists() or \
-            len({(m["trainer"], m["step"]) for m in metrics(run)}) < max(3, after_faults + 1):
+            len({(m["trainer"], m["step"]) for m in metrics(run)}) < max(3, out["after_faults"] + 1):
         assert p.poll() is None, p.stdout.read()      # the server keeps serving: steps go on after the faults
         time.sleep(0.5)
+    out["served_on"] = time.time() < deadline
     os.killpg(p.pid, signal.SIGKILL)           # mid-run, no chance to clean up
     p.wait()
-    before = metrics(run)
-    assert before and time.time() < deadline
-
+    out["before"] = metrics(run)
     p = train(["--resume", str(run)], env)
-    out, _ = p.communicate(timeout=600)
-    assert p.returncode == 0, out
+    out["resume_out"], _ = p.communicate(timeout=600)
+    out["resume_rc"] = p.returncode
+    return out
+
+
+def test_the_live_server_refuses_poisoned_requests_and_keeps_serving(killed_run):
+    for path, code, body in killed_run["codes"]:
+        assert code == 400, (path, body)
+    assert killed_run["served_on"]        # steps went on after the faults
+
+
+def test_a_second_train_py_on_a_live_run_is_refused_and_touches_nothing(killed_run):
+    second, fresh = killed_run["second"], killed_run["fresh"]
+    assert second.returncode != 0 and "is in use by another train.py" in second.stderr, second.stderr
+    assert fresh.returncode != 0 and "is in use" in fresh.stderr and killed_run["config_after_refusals"]
+
+
+def test_two_trainers_killed_mid_run_resume_with_every_step_once(killed_run):
+    run, out = killed_run["run"], killed_run["resume_out"]
+    assert killed_run["before"]
+    assert killed_run["resume_rc"] == 0, out
     assert f"resuming {run} from checkpoint" in out, out
     ms = metrics(run)
     for h in ("mini", "mini-b"):
@@ -111,24 +137,28 @@ def test_two_trainers_one_process_killed_and_resumed(tmp_path, env):
     assert cfg["rank"] == 8 and cfg["harness"] == "mini,mini:b" and cfg["steps"] == 12
     assert list((run / "rollouts" / "mini").rglob("*.json"))
     assert not list((run / "sandboxes").rglob("work")) if (run / "sandboxes").exists() else True
-    assert (run / "split.json").exists()
     split = json.loads((run / "split.json").read_text())            # the split trained on, with its rule
     assert split["holdout"] == {"counts": {"repo2rl": 40, "smoldata": 150}, "fraction": 0.15}
     assert split["counts"] == {"toy": {"train": 2, "eval": 1}}         # the length suite: 3 tasks
 
-    # a finished run says so and does nothing; what would change the training is refused by name
+
+def test_a_finished_run_says_so_and_a_changed_setting_is_refused_by_name(killed_run):
+    run, env = killed_run["run"], killed_run["env"]
+    assert killed_run["resume_rc"] == 0
     done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "is finished" in done.stdout and "--steps N" in done.stdout, done.stdout
     lr = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--lr", "0.5"], cwd=ROOT,
                         env=env, capture_output=True, text=True, timeout=300)
     assert lr.returncode != 0 and "cannot change --lr" in lr.stderr and "Traceback" not in lr.stderr
-    # no checkpoint at all: refused, and nothing touched (it used to restart at step 0 and cut metrics.jsonl)
-    for d in ("checkpoint", "checkpoint.prev"):
-        shutil.rmtree(run / d, ignore_errors=True)
+
+
+def test_a_run_without_a_checkpoint_is_refused_and_left_as_it_is(killed_run, tmp_path):
+    run = tmp_path / "demo"
+    shutil.copytree(killed_run["run"], run, ignore=shutil.ignore_patterns("checkpoint", "checkpoint.prev"))
     lines = (run / "metrics.jsonl").read_text()
     gone = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "6"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=killed_run["env"], capture_output=True, text=True, timeout=300)
     assert gone.returncode != 0 and "no usable checkpoint" in gone.stderr and "Traceback" not in gone.stderr
     assert (run / "metrics.jsonl").read_text() == lines
 
@@ -468,7 +498,7 @@ def test_main_job_learns(tmp_path, env):
     # the README's went 4 % -> 3 % while its score doubled), and the reward
     score = [m["score"] for m in ms]
     assert mean(q("score", last)) >= 1.5 * mean(q("score", first)), score                 # README: 2.1-4.1x
-    # README: 2.0-4.2x; a CI run (stop 36) went 0.152 -> 0.220, 1.45x, with its score up 1.5x and calls down
+    # README: 2.0-4.2x; the bar is what held in every run (one CI run's reward rose 1.45x, its score 1.5x)
     assert mean(q("reward", last)) >= 1.3 * mean(q("reward", first)), reward
     assert sum(m["ungraded_by"].get("server", 0) for m in ms) == 0
     cut = [m.get("clip_frac") for m in ms[1:] if m.get("clip_frac") is not None]     # an empty step has none
@@ -535,7 +565,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 
 
 def test_a_run_that_cannot_progress_stops_and_says_why(tmp_path, env):
-    """Every rollout ungraded (a server that fails every chat): the run used to spin forever; now it stops
+    """Every rollout ungraded (a server that fails every chat): the run does not spin forever: it stops
     after --stall-timeout with the reasons, and keeps what it has."""
     from conftest import free_port
     port = free_port()
@@ -759,7 +789,7 @@ def test_torchrun_rank_0_failing_mid_step_stops_the_job_not_hangs(tmp_path, env,
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=240)          # it used to hang here until torchrun's SIGKILL, or forever
+        out, _ = p.communicate(timeout=240)          # must not hang (until torchrun's SIGKILL, or forever)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
