@@ -1,25 +1,16 @@
 """Chat formats: render a conversation + tools with the checkpoint's own chat template, and parse the
 model's text back into content / tool calls.
 
-- `ChatFormat.from_checkpoint(dir)` loads `tokenizer.json` (the `tokenizers` library) and the Jinja chat
-  template (`chat_template.jinja`, else `tokenizer_config.json["chat_template"]`) and renders it the way
-  transformers' `apply_chat_template` does (sandboxed Jinja, trim/lstrip blocks, its `tojson`,
-  `raise_exception`, `strftime_now`, `{% generation %}`). Like vLLM, tool-call `arguments` given as a
-  JSON string are parsed into a dict before rendering, so every template sees the same thing.
-- `.parse(text)` splits generated text into content and OpenAI-shaped tool calls, in one of three
-  formats: LFM2's pythonic `<|tool_call_start|>[f(a="x")]<|tool_call_end|>`, LFM3's XML
-  `<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>\\n</tool_call>` and the
-  Qwen3/Hermes JSON `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Malformed calls
-  stay in the content as text; parsing never raises. `<think>` reasoning: `.parse_reasoning(text)`.
-- A template that ignores tools (SmolLM2's plain ChatML, most base models'): the conversation is rewritten
-  before rendering (`tools_as_text`): the tool list goes into the system message as Hermes-style
-  `<tools>` JSON with one example call, past calls become `<tool_call>` JSON in the assistant's text and
-  tool results become user turns in `<tool_response>` tags, and the JSON parser reads the calls back.
-- Tiny checkpoints' tokenizers and templates (in each family's real format) are written by tiny.py.
+Rendering is transformers' `apply_chat_template` (sandboxed Jinja, trim/lstrip blocks, its `tojson`,
+`raise_exception`, `strftime_now`, `{% generation %}`); as in vLLM, JSON-string tool-call arguments become dicts
+first. Three tool-call formats: LFM2's pythonic `<|tool_call_start|>[f(a="x")]<|tool_call_end|>`, LFM3's XML
+`<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>\\n</tool_call>` and Qwen3/Hermes JSON
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`; a malformed call stays in the content as text.
+A template that ignores tools (SmolLM2's plain ChatML) gets them as text (`tools_as_text`).
 
-Left out: streaming (incremental) parsing, control-token sanitising of user text (transformers'
-`sanitize_control_tokens`, off by default there too), multimodal content (only text parts render),
-`continue_final_message`, and JSON-schema-guided decoding.
+Left out: streaming parsing, control-token sanitising of user text (transformers' `sanitize_control_tokens`, off
+by default there too), multimodal content (only text parts render), `continue_final_message`, JSON-schema-guided
+decoding.
 """
 import ast
 import copy
@@ -241,10 +232,9 @@ def _example_call(tools) -> str:
 
 
 def tools_as_text(messages: list[dict], tools: list[dict] | None) -> list[dict]:
-    """The conversation for a template that ignores tools, in the one format `parse(..., "json")` reads back:
-    tools in the system message, calls as `<tool_call>` JSON in the assistant's text, results as user turns
-    in `<tool_response>` tags (consecutive results in one turn, as Qwen's template does). `messages` must
-    have been through `_prepare` (arguments are dicts)."""
+    """The conversation for a template that ignores tools, in the format `parse(..., "json")` reads back: tools in
+    the system message, calls as `<tool_call>` JSON in the assistant's text, consecutive results as one user turn of
+    `<tool_response>` blocks (as Qwen's template does). `messages` must be `_prepare`d (arguments as dicts)."""
     out = []
     for m in messages:
         role, content = m.get("role"), _text(m.get("content"))
@@ -337,10 +327,9 @@ class ChatFormat:
         return self.encode(self.render_text(messages, tools, add_generation_prompt, **template_kwargs))
 
     def completion(self, messages: list[dict], reply: dict, tools: list[dict] | None = None) -> list[int]:
-        """The tokens a model writes for `reply` (an assistant message, tool calls included) after `messages`:
-        the template's own rendering of that message, up to and including its end-of-turn token. So
-        `render(messages) + completion(...)` is what the server records for that turn (the oracle's answers,
-        sft.py's targets). Raises ValueError when the template does not render the conversation as a prefix."""
+        """The tokens a model writes for `reply` (an assistant message, tool calls included) after `messages`, up to
+        and including its end-of-turn token: `render(messages) + completion(...)` is what the server records for
+        that turn. Raises ValueError when the template does not render the conversation as a prefix."""
         prompt = self.render_text(messages, tools, add_generation_prompt=True)
         text = self.render_text(list(messages) + [reply], tools, add_generation_prompt=False)
         if not text.startswith(prompt):

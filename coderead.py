@@ -1,8 +1,7 @@
 """The reader of code that runs now (python -c, execute_code, node -e, heredocs into interpreters), by regexes, into
-the Facts of the shell reader `sh` that met it (shellread.py): string literals (words; paths where they look like
-one), file writes (open(.., 'w'), Path.write_text, os.remove, shutil.move, fs.writeFileSync ..) and writes through
-a variable (an unknown target), subprocess calls (read as shell), sockets, dataset hubs (load_dataset, kagglehub)
-and reads of credentials (environment dumps, secret-named variables, model-API SDKs).
+the Facts of the shell reader that met it (shellread.py): string literals (paths where they look like one), file
+writes (through a variable: an unknown target), subprocess calls (read as shell), sockets, dataset hubs and reads
+of credentials (environment dumps, secret-named variables, model-API SDKs).
 
 Left out: parsing (control flow; a path held in a variable is not followed), strings built at run time (chr(),
 joined names; a literal reversed with [::-1] is read reversed), what an imported module does.

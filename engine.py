@@ -1,23 +1,13 @@
 """The embedded server's decode engine: one thread owns the model and decodes every request together.
 
-- `Engine`: continuous batching. Requests wait in a queue; between decode steps the engine thread prefills
-  new ones (up to max_batch) and runs commands (adapter changes never race a forward); each step advances
-  every active request one token in one forward pass, each row with its own adapter. Rows sit in the cache's
-  fixed slots (kvcache.py): a request joining or leaving copies its own row, not the batch. Logprobs are those of
-  the distribution sampled from (vLLM's processed_logprobs).
-- Prompt cache (`Engine.prompts`): a prompt seen recently with the same adapter is not prefilled again (the
-  8 rollouts of a GRPO group send the same first prompt): its prefilled cache and last logits are reused,
-  and each request samples from them with its own generator. A prompt that begins with a stored one starts
-  from it; one that shares a long prefix with a stored one (the group's later turns: same system prompt and
-  task, then each session its own) stores that shared part first, so the group's other sessions skip it.
-  Prefill runs lm_head on the last position only.
-- Faults stay with their request: a failed prefill, non-finite logits (a diverged adapter), a failed sample
-  or a client that went away ends that request alone; an error in a step fails the active batch, and the
-  loop goes on serving. `RequestError` is what the HTTP layer (inference.py) answers with.
+Continuous batching: between decode steps the engine thread runs commands (so adapter changes never race a forward)
+and prefills queued requests, up to max_batch; a step advances every active row one token, each with its own adapter,
+rows in the cache's fixed slots (kvcache.py). Logprobs are those of the distribution sampled from (vLLM's
+processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a prefill starts from the longest stored
+prompt it begins with. A fault ends its request alone; an error in a step fails the active batch, serving goes on.
 
-Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt
-is continued from its end only: it keeps the conv state there), batched prefill, preemption (inference.py refuses a
-request that cannot fit the context up front).
+Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt is
+continued from its end only: its conv state is there), batched prefill, preemption (inference.py refuses up front).
 """
 from __future__ import annotations
 
@@ -67,10 +57,8 @@ class Request:
 
 
 def return_freed_memory():
-    """glibc raises its mmap threshold each time a large block is freed, after which the decode batch's
-    large, ever-changing allocations stay in per-thread heaps: a CPU training run (engine + trainer threads)
-    grew to 24 GB of RSS for ~7 GB in use. A fixed threshold (mallopt) keeps such blocks mmapped, so freeing
-    them returns the memory. No-op where glibc's mallopt is missing."""
+    """Fix glibc's mmap threshold (it grows with each large free) so the decode batch's freed blocks go back to the
+    OS: without it a CPU training run grew to 24 GB of RSS for ~7 GB in use. No-op where mallopt is missing."""
     try:
         import ctypes
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)    # M_MMAP_THRESHOLD = -3
@@ -104,10 +92,8 @@ class Engine:
     def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
                  prompt_cache_tokens=32768):
         self.model, self.fmt, self.threads = model, fmt, threads
-        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), least recently used first, up to
-        # prompt_cache_tokens token positions of KV (~1.5 GB for SmolLM2-135M fp32; a stored cache holds its prompt
-        # only: decoding room is in the batch's slots). Safe to share:
-        # Cache.extend copies its rows into free slots of the decode batch, so a stored cache is never written to.
+        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_tokens KV
+        # positions (~1.5 GB for SmolLM2-135M fp32). Shared safely: Cache.extend copies rows, never writes to it.
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
@@ -216,13 +202,9 @@ class Engine:
             self.active.append(req)
 
     def _compute(self, key, capacity):
-        """Prefill key's prompt into a new batch-1 cache of `capacity` slots; returns (cache, last logits).
-        Starts from the longest stored prompt (same adapter) that the prompt begins with. And when it shares
-        at least SHARED_MIN more tokens with some stored prompt (a GRPO group's 8 sessions: the harness's
-        system prompt and the task, then each its own turns), that shared part is prefilled and stored on
-        its own first, so the group's other sessions start from it instead of recomputing it. A stored cache
-        holds the state after its last token only (the conv layers' last inputs), so only a whole stored
-        prompt can be continued from, hence the split."""
+        """Prefill key's prompt into a new batch-1 cache of `capacity` slots; returns (cache, last logits). Starts
+        from the longest stored prompt it begins with; a part of >= SHARED_MIN more tokens shared with a stored prompt
+        (a GRPO group's system prompt + task) is stored on its own first: a stored cache continues from its end only."""
         adapter, ids = key
         base, shared = self._longest_stored(adapter, ids)
         done = len(base[1]) if base else 0
@@ -241,8 +223,7 @@ class Engine:
         if start:
             cache.extend(start)     # a copy: a stored cache is never written to
         rest = torch.tensor([ids[done:]], device=self.model.device)
-        # lm_head on the last position only: every earlier one's logits would be thrown away, and at a large
-        # vocabulary they are a good part of the prefill (CPU bench shape: ~1/4 of its multiply-adds)
+        # lm_head on the last position only: the others' logits would be thrown away (CPU bench: ~1/4 of the MACs)
         hidden = self.model(rest, cache=cache, return_hidden=True)[:, -1]
         return cache, self.model.lm_head(hidden)[0].clone()
 
@@ -295,8 +276,7 @@ class Engine:
         finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
         keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
         if len(keep) < len(self.active):
-            # finished rows free their slots; the batch's last rows move into them (a row copy each, not a
-            # copy of the batch), so the requests are reordered the same way
+            # finished rows free their slots and the last rows move into them (a row copy each): reorder likewise
             kept = set(keep)
             order = self.cache.remove([i for i in range(len(self.active)) if i not in kept])
             self.active = [self.active[i] for i in order]

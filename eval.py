@@ -2,30 +2,14 @@
 
     python train.py --model tiny --run r                  # CPU, ~2-5 min: prints its final adapter, e.g. mini-v23
     python eval.py --model tiny --samples 16 --adapters runs/r/adapters/mini-v23     # CPU, seconds: the toy holdout
-    python eval.py --model tiny --split train --samples 8 --adapters runs/r/adapters/mini-v{8,16,23}
     python eval.py --model LFM2.5-24B-A2B --server vllm --adapters runs/y/adapters/pi-v*     # GPU, the recipe's
-    python eval.py ... --guard off          # the ablation: tool calls are not checked
-    python eval.py --model tiny --oracle --harness pi --suite all --split all --waste 3   # the oracle agent: every
-                                            # task solved through the harness with no guard block, or not
+    python eval.py --model tiny --oracle --harness pi --suite all --split all --waste 3   # the oracle agent
 
-The numbers (harness, suite, max tokens, context, sessions, sampling) are the model's recipe row in recipe.py's
-table unless a flag says otherwise: `--model tiny` is the CPU demo's (mini harness, toy suite, 8 tokens a turn);
-a --model path takes `--recipe` (default LFM3-1.7B's row: the pi harness, 4 096 tokens a turn - a GPU's).
-
-Held out means the run's own: adapters under runs/<name>/adapters/ are scored on the tasks that run held out
-(its split.json, whatever its seed or the table said then), from the base that run started from (its warm start,
-made without those tasks); adapters of runs split differently are refused. Adapters from no run: --seed's split.
-
-The recipe's trick: the base weights are loaded once and every checkpoint is an adapter name on the same
-server, so 9 checkpoints x 150 sessions run as one batch of concurrent sessions instead of 9 merged models.
-Each (model, task, sample) is a real harness rollout through the proxy, the guard and the verifier.
-
-Reported per model, overall and per task source and type: pass@1 (score == 1) with a 95 % Wilson
-interval, mean score with a 95 % normal interval (over rollouts, clipped to [0, 1]), mean tool calls (per
-rollout, per solved rollout, and on tasks both the base and that adapter solve - the recipe's "fewer tool
-calls at equal accuracy" claim), guard blocks, ungraded rollouts with why (timeout, harness, server, ...).
-Printed as one table (`table`); writes
-`result.json` and a self-contained `report.html` (inline SVG charts, no dependencies).
+The numbers are the model's row in recipe.py's table unless a flag says otherwise. Held out means the run's own:
+adapters under runs/<name>/adapters/ are scored on that run's split.json, from the base that run started from.
+Every checkpoint is an adapter name on the same server, so all run as one batch of real harness rollouts (proxy,
+guard, verifier). Per model, overall and per task source and type: pass@1 (95 % Wilson interval), mean score
+(95 % normal interval over rollouts), tool calls, guard blocks, ungraded by why; result.json and report.html.
 
 Left out: pass@k for k > 1, paired significance tests between adapters, cost accounting.
 """
@@ -103,8 +87,7 @@ def _why(s):
 
 
 def table(rep) -> str:
-    """The printed summary, one row per model: rollouts, mean score and pass@1 with their 95 % intervals, tool
-    calls (per rollout, per solved one), guard blocks, ungraded rollouts with why."""
+    """The printed summary, one row per model."""
     rows = [("model", "rollouts", "mean score (95% interval)", "pass@1 (95% interval)", "tool calls", "per solved",
              "guard blocks", "ungraded")]
     for m, s in rep["models"].items():
@@ -184,9 +167,8 @@ def _f(v, fmt="{:.2f}"):
 
 
 def run_split(adapters, seed):
-    """The split (and warm start, suite, harness) of the run the adapters come from (runs/<name>/adapters/<version>:
-    its split.json and config.json), so its held-out tasks are the run's own; None for adapters from no run.
-    Adapters of runs split or warm-started differently, or a --seed other than the run's, are refused."""
+    """The split (and warm start, suite, harness) of the run the adapters come from (its split.json, config.json);
+    None for adapters from no run. Raises ValueError for runs split or warm-started differently, or another --seed."""
     splits = {}
     for d in dict.fromkeys(Path(a).resolve().parent.parent for a in adapters):
         if not (d / "split.json").is_file():

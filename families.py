@@ -1,12 +1,8 @@
 """The model families, one record each: what the modules around the model need to know of a family, in one place.
 
-    FAMILIES["lfm3"].lora_targets      # lora.py: the linear layers a LoRA adapts
-    FAMILIES["qwen3"].tool_format      # chat.py: the tool-call format its template speaks
-    FAMILIES["lfm2"].vllm_tool_parser  # servers.py: vLLM's --tool-call-parser (None: vLLM has no such model)
-    FAMILIES["llama"].architecture     # tiny.py: config.json's "architectures"
-
-A new family is its record here, its modules in model.py and its config fields in checkpoint.parse_config (and a tiny
-tokenizer style in tiny.py for tests). Stdlib only: chat.py reads it without torch.
+Read by lora.py (`lora_targets`), chat.py (`tool_format`), servers.py (`vllm_tool_parser`) and tiny.py
+(`architecture`). A new family is its record here, its modules in model.py and its config fields in
+checkpoint.parse_config (and a tiny tokenizer style in tiny.py for tests). Stdlib only: chat.py reads it without torch.
 
 Left out: the modules themselves (model.py), reading a checkpoint's config (checkpoint.py).
 """

@@ -1,10 +1,8 @@
-"""train.py's command line: its flags (with help and each recipe row's default), the effective config of a
-run (the recipe table's row + flags, or a resumed run's own config.json), and every number's allowed range.
-A knob of the table is one row of KNOBS: its help, its allowed values, whether --resume may change it.
-
-The numbers themselves are recipe.py's table (SHARED, RECIPES), passed in: this file holds none. The names --loss
-and --advantage take are grpo.py's registries (LOSSES, ESTIMATORS). eval.py checks its numbers with the same
-`validate`.
+"""train.py's command line: its flags (with help and each recipe row's default), the effective config of a run
+(the table's row + flags, or a resumed run's own config.json), and every number's allowed range. A knob of the table
+is one row of KNOBS: its help, its allowed values, whether --resume may change it. The numbers are recipe.py's,
+passed in (this file holds none); --loss and --advantage take grpo.py's registries (LOSSES, ESTIMATORS); eval.py
+checks its numbers with the same `validate`.
 
 Left out: the numbers (recipe.py), what a run does with them (train.py), eval.py's own flags.
 """

@@ -1,16 +1,10 @@
 """Reading a llama.cpp GGUF file: its metadata as a Hugging Face config dict, its tensors dequantized under
 Hugging Face names, its byte-level BPE tokenizer rebuilt (checkpoint.convert_gguf writes them as a folder).
 
-What it does
-- `open_gguf(path)`: the optional `gguf` package's reader, after checking the magic and that no tensor runs
-  past the end of the file (a truncated download).
-- `read_config`: llama.* metadata -> config.json fields (RoPE linear scaling included; the rope_freqs tensor
-  of llama3-style files is refused rather than silently ignored).
-- `read_tensors`: every tensor dequantized to fp32, with the q/k rows that llama.cpp's converter interleaves
-  for its rotary kernel put back in Hugging Face order (`unpermute`).
-- `build_tokenizer`: tokens, merges, pre-tokenizer name and special tokens -> a `tokenizers` BPE + its
-  tokenizer_config (chat template included).
-Errors are `GGUFError`, naming the file and the field.
+`open_gguf` checks the magic and that no tensor runs past the end of the file (a truncated download) before the optional
+`gguf` package reads it. A llama3-style rope_freqs tensor is refused rather than silently ignored; the q/k rows that
+llama.cpp's converter interleaves for its rotary kernel are put back in Hugging Face order (`unpermute`). Errors are
+`GGUFError`, naming the file and the field.
 
 Left out: architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than gpt-2
 and smollm, RoPE scalings other than linear, sharded GGUFs, writing anything (checkpoint.py does).

@@ -1,41 +1,13 @@
-"""GRPO, the algorithm: rewards, group advantages, turns -> token sequences, staleness, packing, the loss.
+"""GRPO, the algorithm: rewards, advantages, turns -> token sequences, staleness, packing, log-probs, the loss.
 
-Plain functions and dataclasses, no model or server code (train.py wires them up). In order:
+Plain functions and dataclasses, no model or server code (train.py wires them up). Sequences are the server's own
+token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step. Advantage
+estimators (`ESTIMATORS`, --advantage) and objectives (`LOSSES`, --loss) are registries. The recipe's numbers come
+in as arguments (recipe.py); the only defaults are numerics (eps, chunk sizes, MIN_SHARED) and temperature 1.
 
-- `shaped_reward`: verifier score + bonus * (1 - tool_calls / scale), the bonus only on a full pass;
-  a guard note makes it 0; an ungraded rollout (verifier failed to run) stays None.
-- `ESTIMATORS` (`@estimator(name)`, --advantage): advantage estimators, each a function of all of a step's
-  collected groups' rewards. "group" (default): `group_advantages`, (r - mean) / (std + eps) over a group's
-  graded rollouts (std with ddof=1, as TRL); ungraded rollouts get no advantage and stay out of the baseline;
-  a group whose rewards are all equal (`varied` false) carries no signal and is skipped.
-- `build_sequences`: a rollout's turns, exactly as the server returned them (prompt ids, completion ids,
-  sampling logprobs), become training sequences without ever re-tokenizing. A turn whose prompt extends
-  an existing sequence token for token is appended to it (the new prompt tokens - tool output, next
-  user text - get loss mask 0); otherwise (the harness re-rendered or compacted the history) it starts
-  a new sequence. Every sequence carries the rollout's one advantage.
-- `drop_stale`: rollouts begun more than `max_staleness` adapter versions ago are dropped.
-- `pack`: padding-free micro-batches (one packed row each) under the step's token budget, FIFO. A
-  sequence that shares a long enough prefix of untrained tokens with an earlier one (a GRPO group's
-  common prompt) is placed as a branch of it: the prefix is computed once (model.Segments), exactly.
-- `token_logprobs`: log p(target) from final hidden states, chunked over tokens, its gradient computed
-  in the same pass, so no [tokens x vocab] fp32 tensor ever exists whole and nothing is recomputed.
-- `grpo_loss`: an objective of `LOSSES` (`@objective(name, knobs)`, --loss), token-mean over the whole step (divided by the step's trained
-  token count, so gradient accumulation over micro-batches is exact), optional k3 KL to the base:
-  "tis" (default) - truncated importance sampling for stale rollouts: with one optimizer step per batch
-  the proximal policy of decoupled PPO (AReaL) is the current weights, so the per-token loss is
-  -min(pi/mu, C) * A * pi/sg(pi): every token keeps its gradient, the weight corrects for the
-  rollout having been sampled by an older adapter (mu) and is truncated at C (verl / slime / SkyRL);
-  "clip" - PPO's clipped ratio against the behaviour logprobs (tokens outside the trust region get
-  no gradient). Stats: importance weights, truncated and clipped fractions, and `mismatch`, the mean
-  |log pi - log mu| over tokens the trained version itself sampled (trainer/server agreement).
-
-The recipe's numbers (bonus, staleness, micro-batches, loss settings) come in as arguments from recipe.py's
-table; the defaults left are numerics (eps, chunk sizes, MIN_SHARED) and the identity (temperature 1).
-
-Left out: reward models, per-sequence (instead of per-token) normalisation, value functions, std-free
-advantages, and any distributed logic; prefix sharing deeper than one level (a branch of a
-branch: a rollout's later turns re-rendered into a new sequence share only its root's prefix) and over
-trained tokens (their loss terms differ per sequence).
+Left out: reward models, per-sequence (instead of per-token) normalisation, value functions, std-free advantages,
+distributed logic; prefix sharing deeper than one level (a branch of a branch) or over trained tokens (their loss
+terms differ per sequence).
 """
 from __future__ import annotations
 
@@ -60,8 +32,8 @@ def shaped_reward(score, tool_calls, blocked, bonus, scale):
 
 
 def group_advantages(rewards, eps=1e-6):
-    """Advantages for one group (None in -> None out). Returns (advantages, has_signal): has_signal is
-    False when fewer than two rollouts are graded or all graded rewards are equal."""
+    """(r - mean) / (std + eps) over one group's graded rewards, std with ddof=1 as TRL (None in -> None out).
+    Returns (advantages, has_signal): False when fewer than two are graded or all graded rewards are equal."""
     graded = [r for r in rewards if r is not None]
     if len(graded) < 2:
         return [None] * len(rewards), False
@@ -79,9 +51,8 @@ def varied(rewards):
     return len(graded) >= 2 and max(graded) - min(graded) >= 1e-9
 
 
-# Advantage estimators, by name (--advantage): the step's collected groups' rewards (a list per group, None =
-# ungraded) -> an advantage per rollout, None where the rollout trains on nothing (ungraded, or a group without
-# signal). A pure function of the whole batch, run once collection is done: a batch-level baseline fits here too.
+# Advantage estimators, by name (--advantage): the step's groups' rewards (None = ungraded) -> an advantage per
+# rollout, None where it trains on nothing. Run once over the whole batch: a batch-level baseline fits too.
 ESTIMATORS = {}
 
 
@@ -121,9 +92,9 @@ class Sequence:
 
 
 def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
-    """Merge a rollout's turns (rollout.Turn: prompt_ids, completion_ids, logprobs, version) into as few
-    sequences as the token ids allow (see the module docstring). start_version: the adapter version the
-    rollout began with (staleness counts from it; default: its first turn's)."""
+    """A rollout's turns (rollout.Turn) -> as few sequences as the token ids allow: a turn whose prompt extends a
+    sequence token for token is appended to it (new prompt tokens: mask 0), else (history re-rendered or compacted)
+    starts a new one. start_version: the version the rollout began with (default: its first turn's)."""
     seqs = []
     start = start_version if start_version is not None else turns[0].version if turns else 0
     for t in turns:
@@ -156,9 +127,8 @@ def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
 
 
 def is_stale(version, current_version, max_staleness):
-    """The staleness window, in one place: a rollout (or an adapter version) that began at `version` is
-    outside it when more than `max_staleness` versions behind. Used to drop rollouts (drop_stale), to
-    unload served versions (train.Trainer.publish) and to size the server's adapter slots (live_versions)."""
+    """The staleness window, in one place: `version` is outside it when more than `max_staleness` behind. Used by
+    drop_stale, train.Trainer.publish (unloading) and live_versions (the server's adapter slots)."""
     return current_version - version > max_staleness
 
 
@@ -169,8 +139,7 @@ def live_versions(max_staleness):
 
 
 def drop_stale(items, current_version, max_staleness):
-    """Keep items (anything with .start_version) at most `max_staleness` versions
-    behind `current_version`. Returns (kept, dropped)."""
+    """Keep items (anything with .start_version) at most `max_staleness` versions behind. Returns (kept, dropped)."""
     kept = [x for x in items if not is_stale(x.start_version, current_version, max_staleness)]
     dropped = [x for x in items if is_stale(x.start_version, current_version, max_staleness)]
     return kept, dropped
@@ -217,30 +186,14 @@ MIN_SHARED = 32
 
 
 def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packed:
-    """Pack sequences (FIFO order: oldest first) into at most `micro_batches` padding-free rows whose
-    tokens sum to at most `token_budget`; no row is longer than token_budget // micro_batches (one row's
-    activations are what must fit in memory).
-
-    - Shared prefixes (tree packing): a sequence whose first p >= `min_shared` input positions equal an
-      earlier placed sequence's (its root) - the same input tokens, the same targets, and every one of
-      those targets untrained (mask 0) in both - joins the root's row as a branch: only its remaining
-      tokens are placed, at positions p.., and the model attends to the root's first p tokens for it
-      (model.Segments). Exact for the loss: the shared positions carry no loss in either sequence, so
-      their advantage / old_logp / version never matter, and the model's outputs are those of the whole
-      sequence. A GRPO group's 8 rollouts share their prompt this way. It costs its own tokens only,
-      against the row length and the budget; when its root's row is full it is placed as a root of its
-      own (a tree longer than a row is split). One level: a branch shares a prefix of its root, not of
-      another branch. `min_shared=None` turns sharing off.
-    - FIFO: sequences are taken in order; one that does not fit is skipped for this step and returned
-      first in `waiting`, so it leads the next step (later, smaller ones may fill the gap meanwhile).
-    - Fill: placement is best fit (the fullest row that still has room), so later, shorter sequences
-      fill the gaps; steady-state fill on a realistic length mix is measured by bench/grpo.py.
-    - Balance: the chosen trees (a root and its branches) are then laid out longest first into the
-      shortest row (LPT) when that fits, which keeps the slowest micro-batch close to the mean.
-    - Too long: a sequence longer than a row is truncated to the row length (its tail is not trained),
-      and counted; dropping it instead would bias training against long sessions. A sequence left with
-      no trained token is dropped and counted.
-    """
+    """Pack sequences (oldest first) into at most `micro_batches` padding-free rows: tokens summing to at most
+    `token_budget`, no row over token_budget // micro_batches (one row's activations must fit in memory). Best fit
+    (the fullest row with room); what fits nowhere goes to `waiting`, to lead the next step. A sequence whose first
+    p >= `min_shared` positions equal an earlier root's, every target among them untrained in both, joins its row
+    as a branch: only its own tokens, at positions p.. (model.Segments) - exact, as shared positions carry no loss.
+    One level; `min_shared=None`: off. Trees then go longest first into the shortest row (LPT) when that fits.
+    A sequence longer than a row is truncated (dropping it would bias training against long sessions); one left
+    with no trained token is dropped; both counted."""
     cap = token_budget // micro_batches
     out = Packed([], [])
     ready = []
@@ -259,9 +212,7 @@ def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packe
             out.dropped += 1
             continue
         ready.append((n, s))
-    # FIFO placement, best fit: each sequence, oldest first, joins the placed root it shares the longest
-    # prefix with when the root's row has room for its own tokens, else goes into the fullest row it fits
-    # (under the row length and the step budget) as a new root; one that fits nowhere waits.
+    # oldest first: join the root sharing the longest prefix if its row has room, else the fullest row that fits
     loads, total, placed = [0] * micro_batches, 0, [[] for _ in range(micro_batches)]
     trees = []                            # [row, cost, [(n, s, shared)]]; the first entry is the root
     for n, s in ready:
@@ -390,12 +341,10 @@ def _chunk_logp(h, weight, targets):
 
 
 def token_logprobs(hidden, lm_head_weight, targets, chunk=2048, temperature=1.0):
-    """log p(targets) (fp32) from final hidden states [.., T, H] and the output embedding [V, H], `chunk`
-    tokens at a time: peak extra memory is one [chunk, V] fp32 block plus a [T, H] gradient buffer. The
-    output embedding is frozen in LoRA training; if it does require grad, chunks are recomputed in
-    backward instead (torch checkpointing). `temperature`: the distribution the server sampled from,
-    softmax(logits / T) - the one its logprobs are of, so pi and mu compare like with like (as verl and
-    slime do); T <= 0 (greedy) counts as 1. top-p / top-k truncation is not modelled."""
+    """log p(targets) (fp32) from final hidden states [.., T, H] and the output embedding [V, H], `chunk` tokens at a
+    time: peak extra memory one [chunk, V] fp32 block plus a [T, H] gradient buffer (if the embedding trains, chunks
+    are recomputed in backward instead). `temperature`: the server's, so pi and mu are of one distribution (as verl
+    and slime); T <= 0 (greedy) counts as 1; top-p / top-k truncation is not modelled."""
     shape = targets.shape
     h, tg = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1).to(hidden.device)
     if temperature > 0 and temperature != 1.0:
@@ -407,9 +356,8 @@ def token_logprobs(hidden, lm_head_weight, targets, chunk=2048, temperature=1.0)
     return _TokenLogprobs.apply(h, lm_head_weight, tg, chunk).view(shape)
 
 
-# Policy-gradient objectives, by name (--loss): each takes the trained logprobs (with gradient), the sampling ones,
-# the advantages, r = exp(logp - old_logp) without gradient, and its own settings from the table (`knobs`, passed
-# by name); it returns the per-token loss and its own per-token stats (each averaged over the trained tokens).
+# Policy-gradient objectives, by name (--loss): (logp with gradient, sampling logp, advantages, r without gradient,
+# its `knobs` from the table by name) -> (per-token loss, its own per-token stats, averaged over trained tokens).
 LOSSES = {}
 
 
@@ -453,14 +401,11 @@ def clip_objective(logp, old_logp, advantages, ratio, *, eps_low, eps_high, rati
 
 def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, beta, ref_logp=None, fresh=None,
               **knobs):
-    """The policy-gradient loss of one micro-batch, divided by `num_tokens` = the trained tokens of the
-    whole step (default: this micro-batch's), so summing backward() over micro-batches is exactly the
-    step's token-mean. old_logp = mu, the server's sampling logprobs; r = exp(logp - old_logp).
-    objective: a name in LOSSES, given its knobs (other knobs are ignored).
-    `beta` adds the k3 estimate of KL(policy || base), `ref_logp` = the base model's logprobs.
-    `fresh`: mask of tokens sampled by the very weights being trained (staleness 0); `mismatch` = mean
-    |logp - old_logp| over them, which is 0 up to numerics when trainer and server agree.
-    Returns (loss, stats); the stats are per-token means over the trained tokens of this micro-batch."""
+    """One micro-batch's loss over `num_tokens`, the whole step's trained tokens (default: this micro-batch's), so
+    backward() summed over micro-batches is the step's token-mean. old_logp: mu, the server's sampling logprobs.
+    objective: a LOSSES name, given its knobs (others ignored); `beta`: k3 KL(policy || base) from `ref_logp`.
+    `fresh`: tokens sampled by these very weights; `mismatch`, mean |logp - old_logp| over them, is 0 up to
+    numerics when trainer and server agree. Returns (loss, stats: per-token means over its trained tokens)."""
     if objective not in LOSSES:
         raise ValueError(f"grpo_loss: objective must be one of {', '.join(LOSSES)}, not {objective!r}")
     obj = LOSSES[objective]

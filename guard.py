@@ -5,10 +5,10 @@
     verdict = session.check(call, tools, messages)      # Verdict(allowed, rule, note); the note replaces the call
     python guard.py scan runs/x/rollouts                # re-check saved ATIF trajectories offline
 
-A Session indexes a rollout's conversation once (the hosts and test files it showed, the task text, the files the
-agent created, links and diffs it made) and resolves paths as the rollout sees them: lexically against the work dir
-and HOME, and with os.path.realpath where they exist on this machine (the guard runs next to the sandboxes).
-Left out here: reading a call (shellread.py, coderead.py), the rules and what they cannot see (guardrules.py).
+A Session indexes what the conversation showed (hosts, test files, the task text, files, links and diffs the agent
+made) and resolves paths as the rollout sees them: lexically against the work dir and HOME, and through realpath where
+they exist here (the guard runs next to the sandboxes). Left out: reading a call (shellread.py, coderead.py), the rules
+and what they cannot see (guardrules.py).
 """
 import fnmatch
 import functools
@@ -49,13 +49,11 @@ class Verdict:
 # ----------------------------------------------------------------------------- the guard and a rollout's session
 
 class Guard:
-    """The rules plus a task's allowances and a rollout's places. `proxy_host` ("127.0.0.1:8123" or a URL) is the
-    one loopback address that stays blocked; `work_dir` is inferred from the harness's system prompt when not
-    given. `task_dir` is the task's real directory (its solution/, tests/: reads are answer-lookup, writes
-    test-editing or reward-hacking, wherever it lies); `home` the rollout's HOME (the harness config in it holds the
-    rollout's secret); `tmp` its TMPDIR (default: tmp/ beside work dir and home); `private` dirs no rollout may
-    touch outside its own work dir and home (the root of all sandboxes, the run dir): reads there are
-    answer-lookup, writes reward-hacking."""
+    """The rules, a task's allowances and a rollout's places: `proxy_host` ("127.0.0.1:8123" or a URL), the one
+    loopback address that stays blocked; `work_dir` (default: from the harness's system prompt); `home` (its harness
+    config holds the rollout's secret); `tmp` (default: tmp/ beside work dir and home). Reading `task_dir` (the task's
+    real dir) or `private` dirs outside work dir and home (sandbox root, run dir) is answer-lookup; writing there,
+    test-editing (task tests) or reward-hacking."""
 
     def __init__(self, allow_rules=(), allow_paths=(), allow_hosts=(), proxy_host=None, work_dir=None,
                  task_dir=None, home=None, private=(), tmp=None):
@@ -355,10 +353,9 @@ def _deglob(n):
 # ----------------------------------------------------------------------------- offline re-scan of ATIF files
 
 def scan(paths, guard=None):
-    """Re-check every tool call of ATIF v1.8 trajectories, each under the guard it ran with (extra.guard_context,
-    recorded by rollout.py: its task's allowances, work dir, HOME, proxy) or else `guard`, whatever the run did
-    with its verdicts then (a guard-off run is judged the same way). -> (one dict per trajectory read: path, task,
-    trainer, version, reward, score, calls, fired = [(step, tool, rule, arguments)])."""
+    """Re-check every tool call of ATIF v1.8 trajectories under the guard each ran with (extra.guard_context) or else
+    `guard`, whatever the run did with its verdicts (a guard-off run too). -> [one dict per trajectory: path, task,
+    trainer, version, reward, score, calls, fired = [(step, tool, rule, arguments)]]."""
     out = []
     for path in paths:
         try:

@@ -1,26 +1,15 @@
 """The coding-agent harnesses a rollout runs in: pi, opencode and hermes (real, unmodified, pinned) and `mini`
 (the small built-in agent, the separate program mini.py). Facts behind every setting: shared/harnesses.md.
 
-Per harness (`HARNESSES[name]`, one instance each):
-- `install()` puts the pinned release into a cache directory once ($HARNESS_RL_CACHE/<name>-<release>, default
-  ~/.cache/harness-rl/harnesses/...): npm for pi and opencode, its own venv for hermes. A file lock makes
-  concurrent callers wait for one install; a marker file written last makes it idempotent.
-- `prepare()` writes the per-rollout config into HOME (the caller made home, work and tmp): the proxy's base URL
-  (rollout id in its path), the per-rollout secret as API key, max_tokens and context (required: train.py's
-  numbers), and every offline / quiet setting (no telemetry, update checks, lazy installs, plugin installs, title
-  requests, context files from parent directories; retries: pi none, hermes 1, opencode's fixed 5 can't be set).
-- `launch()` returns the one-shot command (the binary install() put in place: call install() once first; the
-  model name as given to prepare(); nothing is read back from the config prepare() wrote) and
-  its COMPLETE environment, built from a minimal base (PATH, LANG, HOME, TMPDIR + the harness's own
-  variables): nothing of the caller's, such as API keys, leaks in. The caller runs it with cwd = work dir.
-- `succeeded()` is the harness's own verdict: the exit code; hermes exits 0 when the API fails, so there
-  the usage file's "failed" decides.
+Per harness (`HARNESSES[name]`): `install()` puts the pinned release in the cache once (npm; hermes: a venv), locked,
+a marker file written last; `prepare()` writes the rollout's config into HOME (proxy URL, secret, max_tokens and
+context, every offline / quiet setting); `launch()` gives the one-shot command, run with cwd = the work dir, and its
+COMPLETE environment, from a minimal base: nothing of the caller's (API keys) leaks in. `succeeded()` is the exit
+code, but hermes exits 0 when the API fails: its usage file decides. CLI: `python harnesses.py install [NAME ...]`.
 
-CLI: `python harnesses.py install [pi opencode hermes]`. mini is its own program (`python mini.py`).
-
-Left out: the sandbox, process group, timeout and proxy (rollout.py); transcripts (the proxy records every
-turn); versions other than the pinned ones; Windows. pi and hermes get the prompt as an argument (so at most
-128 KiB); one starting with "-" or "@" gets a leading space (they would read it as an option or a file to attach).
+Left out: the sandbox, process group, timeout and proxy (rollout.py); transcripts (the proxy records every turn);
+versions other than the pinned ones; Windows. pi and hermes get the prompt as an argument (so at most 128 KiB); one
+starting with "-" or "@" gets a leading space (they would read it as an option or a file to attach).
 """
 from __future__ import annotations
 
@@ -336,8 +325,6 @@ class Mini(Harness):
         return Launch([sys.executable, str(self.FILE), "--", prompt], self.env(home, tmp, PYTHONUNBUFFERED=1))
 
 
-# ----------------------------------------------------------------------------- registry, CLI
-
 # ----------------------------------------------------------------------------- vLLM's CPU build
 
 class VLLMCPU(Harness):
@@ -362,10 +349,9 @@ class VLLMCPU(Harness):
 
 
 class HarborTaskModel(Harness):
-    """Not a harness: Harbor's own task model, for tests/test_tasks.py to load every shipped task with it. The
-    `harbor` wheel from PyPI is for Python >= 3.12, so it is unpacked, not installed (no dependencies: its task
-    model needs only pydantic, toml and pathspec, in requirements-dev.txt; on 3.11 it imports once
-    `typing.override` comes from typing_extensions)."""
+    """Not a harness: Harbor's own task model, for tests/test_tasks.py to load every shipped task with. Its wheel is
+    for Python >= 3.12, so it is unpacked, not installed: the task model needs only pydantic, toml and pathspec
+    (requirements-dev.txt), and on 3.11 imports once `typing.override` comes from typing_extensions."""
     name, release, package = "harbor", "0.25.0", "harbor"
 
     def install_commands(self, root):
@@ -377,6 +363,8 @@ class HarborTaskModel(Harness):
     def binary(self, root):
         return root / "lib" / "harbor" / "models" / "task" / "task.py"
 
+
+# ----------------------------------------------------------------------------- registry, CLI
 
 HARNESSES = {"pi": Pi(), "opencode": OpenCode(), "hermes": Hermes(), "mini": Mini()}
 INSTALLS = {**HARNESSES, "vllm": VLLMCPU(), "harbor": HarborTaskModel()}   # what `python harnesses.py install` knows

@@ -1,18 +1,13 @@
 """The inference server a run uses: `start_server(kind, ...)` for train.py and eval.py alike - the embedded one
 ("local", in a thread of this process), vLLM (servers.py launches it), or the URL of a server someone else runs.
 
-- `Server`: the embedded server's HTTP side, vLLM's OpenAI-compatible API in front of engine.py: /v1/chat/
-  completions (streaming too), /v1/completions with token-id prompts, /v1/models, /health,
-  /v1/load_lora_adapter, /v1/unload_lora_adapter, with vLLM's request fields, validation, response shape
-  (prompt_token_ids, token_ids, logprobs.content, tool_calls) and error semantics. It renders the chat
-  prompt, turns a body into an engine `Request`, and turns the sampled tokens back into content and tool
-  calls (chat.py). /health answers 503 once the engine thread is gone.
-- `start_local`: the embedded server in a thread of this process (train.py shares its model with it).
+`Server` is the embedded server's HTTP side in front of engine.py: vLLM's OpenAI-compatible API (chat and token-id
+completions, streaming, /v1/models, /health, LoRA load/unload) with vLLM's request fields, validation, response shape
+and errors. It renders the chat prompt and turns the sampled tokens back into content and tool calls (chat.py).
 
-Left out: its command line (serve.py); the decoding itself (engine.py: batching, prompt cache, sampling); the vLLM
-launcher, the client and the SSE chunk writer (servers.py); n > 1, top_logprobs > 0, beam search, guided decoding
-(tool_choice "required" or a named function is accepted but not enforced), preemption (a request that cannot fit
-the context is refused up front instead).
+Left out: its command line (serve.py); the decoding itself (engine.py); the vLLM launcher, the client and the SSE
+writer (servers.py); n > 1, top_logprobs > 0, beam search, guided decoding (tool_choice "required" or a named function
+is accepted but not enforced), preemption (a request that cannot fit the context is refused up front).
 """
 from __future__ import annotations
 
@@ -98,9 +93,8 @@ class Server:
 
         @web.middleware
         async def auth(request, handler):
-            # The rollouts' sandboxes share the trainer's loopback: without the key (held by the proxy only)
-            # an agent could sample unguarded or unload the policy. Checked before routing, on every path
-            # however it is spelled (aiohttp routes on the percent-decoded path).
+            # The sandboxes share the trainer's loopback: without the key (the proxy's only) an agent could sample
+            # unguarded or unload the policy. Checked before routing: aiohttp routes on the percent-decoded path.
             want, got = f"Bearer {self.api_key}".encode(), request.headers.get("Authorization", "").encode()
             if self.api_key and request.path != "/health" and not hmac.compare_digest(got, want):
                 return web.json_response({"error": {"message": "missing or wrong API key",
@@ -367,11 +361,10 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
 
 def start_server(kind, model_path, *, name=None, context=None, run_dir="runs/serve", model=None, threads=None,
                  rank=None, max_loras=1, gpus=None, memory=None, api_key="new", **kw) -> Handle:
-    """The server of a run or an eval, serving the base as `name` (default: the path) with `context` tokens
-    (default: the checkpoint's). kind: "local" (embedded, in this process; model: an already loaded model to share,
-    threads: its decode threads), "vllm" (launched with its log in run_dir, holding `max_loras` adapters of rank up
-    to `rank`, on `gpus` with `memory` of each), or the URL of a server someone else runs (its key:
-    $HARNESS_RL_API_KEY). api_key: "new" (a random one), a key, or None."""
+    """The server of a run or an eval, serving the base as `name` (default: the path) with `context` tokens (default:
+    the checkpoint's). kind: "local" (embedded; model: a loaded model to share, threads: its decode threads), "vllm"
+    (log in run_dir, `max_loras` adapters of rank up to `rank`, on `gpus` with `memory` of each), or the URL of a
+    server someone else runs (its key: $HARNESS_RL_API_KEY). api_key: "new" (a random one), a key, or None."""
     if kind == "local":
         return start_local(model_path, model=model, name=name, max_model_len=context, threads=threads, api_key=api_key)
     if kind == "vllm":

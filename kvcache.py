@@ -1,12 +1,9 @@
 """The decoding cache: each row's K/V for every attention layer and the conv layers' last inputs, kept in fixed
 row slots, so a row joining or leaving the decode batch copies that one row, not the whole batch.
 
-- `Cache(model, batch_size, capacity, causal)`: buffers of `slots` rows x `cap` positions. The batch's B rows
-  are slots 0..B-1, so a decode step runs over a view of them (no gather). `extend` writes another cache's rows
-  into the next free slots (their used positions only); `remove` frees rows by moving the batch's last rows into
-  the holes (one row copy each) and says the new order. Slots and positions grow by doubling, rarely.
-- Rows sit at different lengths (continuous batching): a row's queries see its own positions only (a mask over
-  the padded capacity); sliding-window layers keep everything and mask by window.
+The batch's B rows are slots 0..B-1, so a decode step runs over a view of them; `extend` writes new rows into the next
+free slots, `remove` moves the last rows into the holes. Slots and positions grow by doubling. Rows sit at different
+lengths: a mask over the padded capacity shows each row its own positions (sliding windows: masked, not dropped).
 
 Left out: paging (a row's positions are contiguous), shrinking (the capacity stays at the longest row seen until
 the engine starts a new cache), branches (a row is one sequence).

@@ -4,14 +4,7 @@ update and its state. train.py (GRPO) and warmstart.py (SFT) both train through 
     lock = threading.Lock()                          # one per base: adapters on one base train one at a time
     learner = Learner(model, "pi", rank=32, alpha=32, lr=1e-5, weight_decay=0.0, grad_clip=1.0, seed=0, lock=lock)
     learner.attach(net)                              # the model as parallel.wrap holds it (DDP / FSDP2), or itself
-    out, grad_norm = learner.update(micro_batches, loss_fn, num_tokens)   # loss_fn(learner, net, mb, n)
-
-- `update`: every rank, in the same order (parallel.call(learner.update, ...) on rank 0 runs it on the others by
-  reference): forward/backward over this rank's share of the micro-batches, the gradients summed over ranks, the
-  norm clipped, one AdamW step; `version` + 1 and a whole copy of the new adapter (`snap`) when something was
-  trained. Returns every rank's (loss, stats) per micro-batch on rank 0, and the grad norm (None: nothing changed).
-- `state()` / `restore(st)`: adapter and optimizer as whole tensors (FSDP2's shards gathered), so a checkpoint is the
-  same file at any world size; every rank calls them.
+    out, grad_norm = learner.update(micro_batches, loss_fn, num_tokens)   # every rank (parallel.call on rank 0)
 
 Left out: what is trained on and when (train.py: rollouts, queue, publishing; warmstart.py: demonstrations), the
 loss itself (grpo.py), the distributed mechanics (parallel.py).
@@ -43,9 +36,10 @@ class Learner:
         self.opt = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=self.weight_decay)
 
     def update(self, micro_batches, loss_fn, num_tokens):
-        """Every rank: one optimizer step (parallel.train_step) with loss_fn(learner, net, mb, num_tokens) -> (loss,
-        stats), the loss divided by the step's num_tokens. Under torchrun loss_fn travels to the other ranks: a
-        module-level function (or a functools.partial of one), not a closure."""
+        """Every rank, in the same order: one optimizer step (parallel.train_step); version + 1 and a new `snap` when
+        something trained. loss_fn(learner, net, mb, num_tokens) -> (loss / num_tokens, stats), module-level (or a
+        partial of one): under torchrun it travels to the other ranks. Returns (every rank's (loss, stats) per
+        micro-batch on rank 0, grad norm or None: nothing changed)."""
         L.set_adapter(self.model, self.name)
         self.model.train()
         out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches,

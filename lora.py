@@ -1,27 +1,13 @@
-"""LoRA for model.py: rank-32 adapters on every linear layer, many named adapters on one frozen base.
+"""LoRA for model.py: adapters on every linear layer, many named adapters on one frozen base.
 
-What it does
-- `add_lora(model, rank, alpha, adapters)` swaps each target nn.Linear for a `LoRALinear` that keeps
-  the base `weight`/`bias` under their checkpoint names and adds per-adapter `lora_A[name]` [r, in]
-  (kaiming-uniform, as PEFT) and `lora_B[name]` [out, r] (zeros: a new adapter equals the base).
-  Targets per family are families.py's `lora_targets`: every linear layer except lm_head, embeddings, the
-  depthwise conv, the MoE router and the experts.
-- Which adapter runs: `set_adapter(model, name)` (one for the whole batch; None = base), or
-  `set_adapter(model, [name_or_None per row])` for batched inference where rows use different
-  adapters: the batch's adapters are stacked into one A [sum r, in] and one scaled B [out, sum r] per
-  layer, and each row keeps only its own adapter's columns of x A^T (a 0/1 mask made once per batch and
-  shared by every layer): two matmuls a layer whatever the number of adapters, no gathering of rows.
-  The stacks are cached per layer and rebuilt when the set of adapters or any of their weights change.
-- `save_adapter` / `load_adapter` speak PEFT's format, which vLLM loads as is: `adapter_config.json`
-  + `adapter_model.safetensors` with `base_model.model.<module>.lora_A.weight` / `.lora_B.weight`,
-  written atomically. Everything in an adapter is checked before anything is changed.
-- `merge_adapter` folds an adapter into the base weights; `save_merged` writes a merged checkpoint in
-  the base's own format.
-- Training runs one autograd Function per layer (`_LoRA`): the base and LoRA input gradients are one
-  matmul plus one addmm, and the scaling touches only rank-r tensors (tested against PEFT's gradients).
+Each target nn.Linear (families.py's `lora_targets`) becomes a `LoRALinear` that keeps the base `weight`/`bias`
+under their checkpoint names and adds per-adapter `lora_A[name]` [r, in] (kaiming-uniform, as PEFT) and
+`lora_B[name]` [out, r] (zeros: a new adapter equals the base). `set_adapter` picks one adapter, or one per row: a
+batch's adapters run stacked, two matmuls a layer whatever their number. Adapters are saved and loaded in PEFT's
+format, which vLLM loads as is; training runs a hand-written backward (`_LoRA`), tested against PEFT's gradients.
 
-What it leaves out: dropout on the LoRA path (the recipe uses none), DoRA, rsLoRA-initialisation
-(rsLoRA scaling is honoured when loading), per-module rank/alpha patterns, LoRA on experts or embeddings.
+Left out: dropout on the LoRA path (the recipe uses none), DoRA, rsLoRA initialisation (rsLoRA scaling is honoured
+when loading), per-module rank/alpha patterns, LoRA on experts or embeddings.
 """
 from __future__ import annotations
 
@@ -59,9 +45,8 @@ class Routing(threading.local):
         self.masks = {}          # this batch's row masks, by layer layout (set_adapter starts a new dict)
 
     def mask(self, names, ranks, dtype, device):
-        """[rows, sum(ranks)]: 1 where a row's adapter owns the stacked column. Made once per batch and
-        layout (every layer of a full-target adapter set shares one), so a GPU step copies it to the
-        device once, not once per adapter per layer."""
+        """[rows, sum(ranks)]: 1 where a row's adapter owns the stacked column. Made once per batch and layout
+        (shared by every layer), so a GPU step copies it to the device once, not once per adapter per layer."""
         key = (names, ranks, dtype, device)
         m = self.masks.get(key)
         if m is None:
@@ -125,13 +110,9 @@ class LoRALinear(nn.Linear):
         return y
 
     def stacked(self, names, dtype):
-        """(A [sum r, in], B * scaling [out, sum r], ranks) of `names`, in x's dtype. Cached while the same
-        adapters hold the same versions: `put` and `remove` drop the cache (a name re-added is new weights), and
-        in-place writes (copy_, a load in place, an optimizer step) bump the parameters' `_version`. Never
-        cached while one of them trains (requires_grad): fused AdamW writes without bumping `_version`, so a
-        trainer's live adapter is re-stacked on each forward (the server's adapters are frozen snapshots);
-        that fresh stack is also what gradients, when on, flow through to every trainable A and B.
-        Writes through `.data` are not seen (nothing here makes one)."""
+        """(A [sum r, in], B * scaling [out, sum r], ranks) of `names`, in x's dtype. Cached until `put`/`remove`
+        or an in-place write bumps a parameter's `_version`; never while one trains (fused AdamW writes without
+        bumping `_version`): gradients flow through a fresh stack. Writes through `.data` are not seen."""
         c = self._stack
         if c is not None and c[0] == names and c[1] == dtype and c[2] == tuple(p._version for p in c[3]) \
                 and not any(p.requires_grad for p in c[3]):     # a few us a layer at 15 adapters
@@ -155,12 +136,8 @@ def _lora_linear(x, weight, bias, A, B, s):
 
 
 class _LoRA(torch.autograd.Function):
-    """y = x W^T + b + s (x A^T) B^T for one adapter, with a hand-written backward.
-
-    Forward: `_lora_linear`. Backward: the input gradient of the base and of the LoRA path is one matmul plus
-    one addmm into it (autograd would make two [N, in] tensors and add them), and the scaling is applied to the rank-r
-    tensors, never to a [N, out] one. It saves what autograd would: x and x A^T (W, A, B are held anyway).
-    """
+    """y = x W^T + b + s (x A^T) B^T for one adapter. Backward: the input gradient is one matmul plus one addmm
+    (autograd would add two [N, in] tensors), the scaling touches rank-r tensors only; saves what autograd would."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, A, B, s):
@@ -349,10 +326,9 @@ def load_adapter(model, dir, adapter="default"):
 
 
 def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
-    """Add an adapter from (PEFT config, PEFT-key tensors) - a file's contents or a `snapshot` of another
-    adapter - under the name `adapter`, after the same checks as `load_adapter` (`where` names the source
-    in errors). The tensors are copied (fp32, on the model's device). replace=True swaps out an adapter of
-    the same name, but only once the new one has passed every check: a bad file leaves the old one serving."""
+    """Add an adapter from (PEFT config, PEFT-key tensors) - a file's or a `snapshot` - as `adapter`, after
+    `load_adapter`'s checks (`where` names the source in errors), copied to fp32 on the model's device.
+    replace=True swaps out a same-named adapter only once the new one passed every check."""
     _check_new(model, adapter, replace)
     layers = _wrap(model)
     wf = where

@@ -5,13 +5,9 @@ API error.
     python mini.py [--config PATH] [--base-url URL] [--api-key KEY] [--model M] [--max-tokens N]
                    [--max-turns N] [--timeout S] [--stream] PROMPT
 
-Like the real harnesses it reads its settings (base_url, api_key, model, max_tokens, max_turns) from its HOME,
-$HOME/.mini/config.json (which harnesses.Mini.prepare writes), or --config; flags override them. The key stays
-in this process: it is on no command line and in no environment, so the tools' processes do not inherit it.
-
-It runs alone inside the rollout sandbox (only this file is mounted), so it imports nothing from the project:
-harnesses.py knows it only by its command line and its config file. Left out: context management, a permission
-layer, retries.
+Settings come from $HOME/.mini/config.json (harnesses.Mini.prepare writes it) or --config, flags overriding them; the
+key stays in this process (no command line, no environment the tools inherit). It runs alone in the sandbox (only this
+file is mounted), so it imports nothing from the project. Left out: context management, a permission layer, retries.
 """
 import argparse
 import json

@@ -1,21 +1,14 @@
 """The models: LFM2, LFM2-MoE, LFM3 and a dense llama/qwen3-style family, in plain PyTorch.
 
-What it does
-- `Config` (the shape; checkpoint.py reads it from config.json) and `CausalLM`, whose module names mirror
-  the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too (checkpoint.load_model fills it).
-- `CausalLM.forward(input_ids, position_ids, cache)` is padding-free: several sequences packed into one
-  row (position_ids restarting at 0) give exactly the logits of separate runs. Attention runs per
-  sequence segment with SDPA (sliding windows in blocks, never a T x T mask); the short convolution
-  is reset at boundaries by spacing segments apart with zeros before one conv1d call. Shared prefixes
-  (tree packing, grpo.pack; see Segments): a segment starting at p > 0 reuses the first p tokens of the
-  row's last one that started at 0, so 8 rollouts of one prompt compute it once, exactly.
-- `new_cache(batch_size)` + incremental decoding (kvcache.py: KV in row slots, sliding window mask, conv
-  state); the decode loop and sampling are the server's (engine.py). Loading, config parsing:
-  checkpoint.py; tiny ones: tiny.py.
+`CausalLM`'s module names mirror the checkpoint's, so a state-dict key is a PEFT/vLLM adapter key too (loading, config
+parsing: checkpoint.py; tiny models: tiny.py). Its forward is padding-free: sequences packed into one row (position_ids
+restarting at 0) give exactly the logits of separate runs - attention per segment with SDPA (sliding windows in blocks,
+never a T x T mask), the short convolution reset by zeros spaced between segments. A segment starting at p > 0 is a
+branch sharing its root's first p tokens (`Segments`): 8 rollouts of one prompt compute it once, exactly. With a cache
+(`new_cache`, kvcache.py) it decodes incrementally; the decode loop and sampling are engine.py's.
 
-What it leaves out: training-time dropout, other RoPE scalings than default/linear/llama3/proportional,
-vision towers, tensor parallelism (FSDP2 wraps these modules from the outside), fused kernels, branches
-in the decoding cache (a cache row is one sequence).
+Left out: training-time dropout, RoPE scalings other than default/linear/llama3/proportional, vision towers, tensor
+parallelism (FSDP2 wraps the modules from outside), fused kernels, branches in the decoding cache (a row: one sequence).
 """
 from __future__ import annotations
 
@@ -152,13 +145,10 @@ def rotate(x, cos, sin):
 
 @dataclass
 class Segments:
-    """Where packed sequences start, from position_ids; computed once per forward.
-
-    A segment starts wherever position_ids do not continue by +1. One that starts at 0 (or at a row's first
-    token) is a sequence of its own. One that starts at p > 0 inside a row is a *branch* of the row's most
-    recent segment that started at 0, its root: it shares the root's first p tokens (positions 0..p-1), so
-    it attends to the root's keys/values at positions < p, and its short convolution sees the root's inputs
-    at positions p-(L-1)..p-1 before its first token. Its logits are those of root[:p] + branch run alone."""
+    """Where packed sequences start (wherever position_ids do not continue by +1); computed once per forward. One
+    starting at 0 (or at a row's first token) stands alone; one starting at p > 0 inside a row is a *branch* of the
+    row's last segment that started at 0 (its root): it attends to the root's K/V at positions < p, its conv sees the
+    root's inputs at p-(L-1)..p-1, and its logits are those of root[:p] + branch run alone."""
     lengths: list            # segment lengths, in order over the flattened [B*T] token stream
     seg_id: torch.Tensor     # [B*T] segment index of every token
     uniform: bool            # exactly one segment per row (a plain batch): batched fast path
@@ -479,11 +469,8 @@ class CausalLM(nn.Module):
         return out
 
     def forward(self, input_ids, position_ids=None, cache=None, return_hidden=False):
-        """input_ids [B, T] -> logits [B, T, V] (or final hidden states [B, T, H] with return_hidden).
-        Without a cache, sequences may be packed in a row: a new one starts wherever position_ids do not
-        continue by +1 (e.g. restart at 0); one that starts at p > 0 is a branch sharing the first p
-        tokens of the row's last sequence that started at 0 (Segments). With a cache, row b continues at
-        cache.lengths[b]."""
+        """input_ids [B, T] -> logits [B, T, V] (final hidden states [B, T, H] with return_hidden). Without a cache,
+        sequences may be packed in a row (see Segments); with one, row b continues at cache.lengths[b]."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)

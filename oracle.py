@@ -1,28 +1,10 @@
 """The oracle agent: a task's solution played as tool calls through the real harness, proxy, guard, sandbox and
 verifier - exactly like a model, except that the model server is a scripted one that knows the task.
 
-- `OracleServer` stands where the inference server stands (the proxy's upstream: `start(fmt, lookup)`), with the
-  same API shape as inference.py. The proxy names the rollout in each request's `user` field; `lookup(id)` gives its
-  rollout (task, index). Each request with tools is answered with the rollout's next step, as the target model
-  would write it: the prompt rendered by the model's chat format (as inference.py renders it), the step rendered by
-  the same template as that model's own completion (`ChatFormat.completion`), and the reply parsed back from
-  those tokens (`ChatFormat.parse`: the harness gets what a parser reads from them). Token ids as inference.py returns
-  them, logprob 0 (the oracle is certain). The recorded ATIF files are demonstrations for sft.py.
-- `steps(task)`: what solves it, as abstract steps - `read` PATH, `run` COMMAND, `write` PATH CONTENT,
-  `reply` TEXT. A task may spell its oracle out in `solution/oracle.json`:
-      [{"read": "data/sales.csv"}, {"run": "wc -l data/sales.csv"}, {"write": "answer.txt", "content": "42"},
-       {"reply": "The answer is 42."}]
-  Otherwise the task's own `solution/solve.sh` runs once on a scratch copy of its environment (sandboxed) and the
-  files it changed become `write` steps (after a `read` of each environment file the instruction names).
-- `plan(task, seed, waste, reply)`: the steps plus `waste` redundant calls at most (a seeded number, drawn per
-  rollout: listing the directory, reading a file twice, `cat` of what was read, reading back what was written),
-  before and after the useful ones, as real agents over-call; `reply="text"` answers in the final message instead
-  of writing answer.txt, for tasks graded on the reply.
-- `shortcut(task)`, `cheats(task, seed, share)`: a task's planted shortcut (solution/shortcut.json), taken by a seeded
-  share of rollouts when recording demonstrations for a model organism (data/make_shortcuts.py).
-- `harness_call(step, tools)`: an abstract step in the harness's own tool shapes, found from the request's tool
-  list (mini's bash/read/write, pi's bash/read/write, opencode's bash/read/write with filePath, hermes'
-  terminal/read_file/write_file); a missing read or write tool falls back to the shell.
+`OracleServer` stands where the inference server stands (the proxy names the rollout in each request's `user`) and
+writes each step as the target model would: in its chat template (`ChatFormat.completion`), parsed back from those
+tokens, logprob 0. The steps (read, run, write, reply) come from solution/oracle.json, else from solve.sh run once on
+a scratch copy (the files it changed become writes). The recorded ATIF files are demonstrations for sft.py.
 
 Left out: tasks whose solution is not files (a service to start) unless oracle.json spells it out, binary files,
 parallel tool calls (one call per turn), deleting files (an `rm` through `run` in oracle.json does it).
@@ -80,7 +62,7 @@ def _check_steps(steps, where):
 
 
 def steps(task, sandbox="dir"):
-    """The useful steps that solve `task` (see the module docstring). Raises TaskError naming the file at fault."""
+    """The useful steps that solve `task`. Raises TaskError naming the file at fault."""
     spelled = Path(task.path) / "solution" / "oracle.json"
     if spelled.is_file():
         try:
@@ -124,9 +106,8 @@ def cheats(task, seed, share):
 
 
 def plan(task, useful, seed, waste=0, reply="file"):
-    """The steps of one rollout: `useful` (from steps()) with a seeded number (0..waste) of redundant calls
-    around them (never a read of what the task's shortcut reads); reply="text": a lone answer.txt is given as the
-    final message instead of written."""
+    """One rollout's steps: `useful` with a seeded number (0..waste) of redundant calls around them, never a read of
+    what the task's shortcut reads; reply="text": a lone answer.txt becomes the final message."""
     rng = random.Random(f"{seed}/{task.name}")
     useful = [dict(s) for s in useful]
     if reply == "text":
@@ -305,10 +286,8 @@ def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
 
 async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
                  sandbox="auto", cheat=0.0, log=None):
-    """`samples` oracle rollouts of every task through `harness` (a harnesses.Harness), the proxy and guard, the
-    sandbox and the verifier; ATIF files under out/rollouts/<version>/. Returns the finished rollouts.
-    cheat: the share of rollouts that take their task's planted shortcut (cheats()); recorded with the guard off,
-    which would block them (a model organism's warm start, docs/guard-ablation.md)."""
+    """`samples` oracle rollouts of every task, ATIF files under out/rollouts/<version>/ -> the finished rollouts.
+    cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)."""
     sandbox = SB.resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}

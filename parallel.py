@@ -1,22 +1,14 @@
 """Data-parallel LoRA training on torch.distributed: N processes compute exactly the update one process does.
 
-Under `torchrun --nproc-per-node N`, every rank holds the same frozen base and the same adapter; a step's
-packed micro-batches (grpo.pack) are split across ranks, each rank runs forward/backward on its share,
-the gradients are summed over ranks, and every rank takes the same AdamW step. The loss of a micro-batch
-is already divided by the step's *global* trained-token count (grpo_loss's num_tokens), so the sum of
-the ranks' gradients is the one-process gradient - not their mean, which is what DDP and FSDP2 compute
-by default, and is switched off here (a comm hook; a divide factor of 1).
+Each rank holds the same base and adapter and trains its `shard` of a step's micro-batches. The loss is divided by the
+step's *global* trained-token count, so gradients are summed over ranks (DDP's and FSDP2's default mean is switched
+off). Every rank runs as many forward/backward passes as the others, since each enters collectives. Rank 0 drives:
+`call(learner.update, *args)` runs it on every rank, the others waiting in `follow`. A checkpoint is the same file at
+any world size (`whole` / `load_whole`).
 
-Every rank runs as many forward/backward passes as the others (`shard` pads with a one-token micro-batch whose
-loss is multiplied by 0), because each enters collectives. Rank 0 drives and the others mirror: `call(learner.update,
-*args)` on rank 0 runs that method on every rank (the others wait in `follow`), so all enter its collectives in the
-same order. `wrap`: DDP (only the LoRA parameters require grad, so only they are all-reduced) or FSDP2 per decoder
-block. A checkpoint is the same file at any world size (`whole` / `load_whole`).
-
-Left out: tensor / pipeline / expert parallelism, sharding the optimizer state of DDP (ZeRO), several
-trainable adapters in one wrapped model (DDP would need find_unused_parameters: each step trains one),
-sharded checkpoints (torch.distributed.checkpoint; here the adapter and its optimizer state are small and
-gathered whole), and who does what on rank 0 (pools, server, I/O: train.py).
+Left out: tensor / pipeline / expert parallelism, ZeRO for DDP, several trainable adapters in one wrapped model (DDP
+would need find_unused_parameters), sharded checkpoints (adapter and optimizer state are small: gathered whole), and
+who does what on rank 0 (pools, server, I/O: train.py).
 """
 from __future__ import annotations
 
@@ -46,10 +38,8 @@ def env():
 
 
 def init(device=None):
-    """(rank, world, device) for this process. Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT set) with world > 1 it joins the process group: NCCL for CUDA tensors and gloo for CPU ones
-    (broadcast_object_list, stats) on GPUs, gloo alone on CPU. device: this rank's (default cuda:LOCAL_RANK,
-    else the CPU)."""
+    """(rank, world, device) for this process; with world > 1 under torchrun it joins the process group (NCCL for
+    CUDA tensors + gloo for CPU ones on GPUs, gloo alone on CPU). device: default cuda:LOCAL_RANK, else the CPU."""
     rank, world, local = env()
     device = torch.device(device) if device else torch.device("cuda", local) if torch.cuda.is_available() else \
         torch.device("cpu")
@@ -66,9 +56,8 @@ _PARENT = os.getppid()         # torchrun's agent (it may itself be pid 1, in a 
 
 
 def _die_with_parent():
-    """torchrun starts its workers in sessions of their own: a kill -9 of torchrun (or of its process group)
-    would leave them running - rank 0 still writing the run that a --resume then opens a second time. On
-    Linux, the kernel kills this process when its parent (torchrun's agent) dies."""
+    """Have the kernel kill this process when torchrun's agent dies (Linux): workers run in sessions of their own,
+    so a kill -9 of torchrun would leave rank 0 writing the run that a --resume then opens a second time."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)       # PR_SET_PDEATHSIG, SIGKILL
@@ -126,9 +115,8 @@ def broken():
 
 
 def call(method, *args):
-    """On rank 0: method(*args), a bound method (learner.update), on every rank: the others are first told (via
-    `follow`) which object (its `name`) and method, with rank 0's args; returns rank 0's result. One process: a
-    plain call."""
+    """On rank 0: run bound method(*args) (learner.update) on every rank - the others, in `follow`, get its object's
+    `name`, the method and rank 0's args - and return rank 0's result. One process: a plain call."""
     with lockstep(method.__name__):
         if _rank_world()[1] > 1:
             broadcast((method.__self__.name, method.__name__, args))
@@ -152,9 +140,8 @@ def close():
 
 
 def release():
-    """On rank 0: end the other ranks' `follow` (or their wait to start). Returns False, sending nothing,
-    if a call failed half-way: the others are then inside a collective and cannot be told; the caller
-    exits non-zero and torchrun stops them."""
+    """On rank 0: end the other ranks' `follow` (or their wait to start). False, sending nothing, if a call failed
+    half-way (the others are inside a collective): the caller exits non-zero and torchrun stops them."""
     if broken():
         return False
     if _rank_world()[1] > 1:
@@ -192,23 +179,11 @@ def _sum_hook(state, bucket):
 
 
 def wrap(model, mode, reduce_dtype=torch.float32):
-    """The model for training on this process group; build the optimizer afterwards, over the parameters
-    that require grad (FSDP2 replaces them by sharded DTensors). One process: `model` unchanged.
-
-    "ddp": DDP broadcasts rank 0's parameters at construction (so the LoRA init matches everywhere);
-    buffers are not re-broadcast each forward (they are the frozen base's). Returns the DDP module: call it
-    for the forward (its hooks need that) and reach the model as `.module` (lm_head, set_adapter).
-    "fsdp": in place (the model's class becomes an FSDPModule). Each decoder block is one unit: its base
-    weights and LoRA tensors are sharded, all-gathered for its forward and backward; LoRA gradients are
-    reduce-scattered (summed: divide factor 1, sum-only collectives, which gloo needs too) in
-    `reduce_dtype`. Mixed precision: the all-gather dtype (param_dtype) is the base weights' dtype, so a
-    bf16 base with fp32 LoRA master weights gathers uniformly in bf16 ("FSDP expects uniform original
-    parameter dtype" otherwise) and computes exactly as one process does (LoRALinear casts A, B to the
-    input's dtype). Block inputs are not cast (cast_forward_inputs=False): the fp32 RoPE tables stay fp32.
-    The root's own parameters - the embedding, tied to lm_head, and the final norm - are frozen and small
-    next to the blocks: they stay whole on every rank (ignored_params), so `model.lm_head.weight` is a
-    plain tensor the loss can use after the forward, and the tied pair is never split across units.
-    Every rank's adapter is set to rank 0's first (each rank keeps its own slice of its own tensors)."""
+    """The model for training on this process group (one process: `model` unchanged); build the optimizer after it.
+    "ddp": the DDP module (rank 0's parameters broadcast): call it for the forward, reach the model as `.module`.
+    "fsdp": in place, adapters set to rank 0's; one unit per decoder block, LoRA gradients summed in `reduce_dtype`,
+    gathers in the base's dtype (a bf16 base with fp32 LoRA must gather uniformly), block inputs uncast (fp32 RoPE
+    tables); the frozen embedding / tied lm_head / final norm stay whole on every rank, for the loss to use."""
     if mode not in MODES:
         raise ValueError(f"parallel.wrap: mode must be one of {MODES}, not {mode!r}")
     world = _rank_world()[1]
@@ -234,8 +209,7 @@ def wrap(model, mode, reduce_dtype=torch.float32):
         raise ValueError("parallel.wrap: fsdp keeps the embedding / lm_head / final norm whole and frozen; "
                          "a trainable one there is not supported")
     fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=whole)
-    # CausalLM.forward returns a view (x.view(B, T, H)); FSDP2 warns that an in-place op on it would skip
-    # its backward hook. The loss (grpo.token_logprobs) never writes to it, so the warning is only noise.
+    # FSDP2 warns that an in-place op on the returned view would skip its backward hook; the loss never writes to it
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPCausalLM\) returned a view tensor")
     for m in model.modules():
         if isinstance(m, FSDPModule):
@@ -256,12 +230,10 @@ def _sync(model, last):
 # ----------------------------------------------------------------------------- one step
 
 def train_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=False):
-    """One optimizer step over a step's micro-batches (the same list on every rank), this rank taking its
-    `shard`. loss_fn(model, mb) -> (loss, stats): the forward through `model` (the wrapped one) and the
-    loss divided by the step's global trained-token count. Every rank must call this, even with nothing
-    to train. Returns ([(loss, stats) per micro-batch of this rank], global grad norm before clipping,
-    or None when the step had no micro-batch: then nothing changes). alone: this process's step, all of it, whatever
-    the other ranks do (a model not wrapped for them)."""
+    """One optimizer step, this rank taking its `shard` of the step's micro-batches (the same list on every rank);
+    every rank must call it. loss_fn(model, mb) -> (loss / the step's global trained-token count, stats). Returns
+    ([(loss, stats) per own micro-batch], global grad norm before clipping, or None: no micro-batch, nothing changed).
+    alone: the whole step in this process (a model not wrapped for the other ranks)."""
     rank, world = (0, 1) if alone else _rank_world()
     share = shard(micro_batches, rank, world)
     opt.zero_grad(set_to_none=True)
@@ -274,8 +246,7 @@ def train_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=Fals
             out.append((loss.detach(), stats))
     if not share:
         return out, None
-    # The global norm: DDP's gradients are already the same on every rank; FSDP2's are shards (DTensors),
-    # whose norm is a partial one until full_tensor() all-reduces it.
+    # DDP's gradients are the same on every rank; FSDP2's are shards, a partial norm until full_tensor() reduces it
     norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     if isinstance(norm, DTensor):
         norm = norm.full_tensor()
@@ -287,10 +258,9 @@ def train_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=Fals
 # ----------------------------------------------------------------------------- saving
 
 def adapter_state(model, name) -> dict:
-    """Adapter `name` as PEFT-key tensors (lora.adapter_state's keys), whole and on the CPU, on rank 0;
-    {} on the other ranks. Under FSDP2 every rank must call it: the shards are gathered
-    (get_model_state_dict; only trainable tensors, so `name` must be the adapter being trained).
-    The adapter config comes from lora.snapshot(model, name)[0] on the unwrapped model as usual."""
+    """Adapter `name` as PEFT-key tensors, whole and on the CPU, on rank 0; {} elsewhere. Under FSDP2 every rank must
+    call it, and `name` must be the adapter being trained (only trainable tensors are gathered). Its config:
+    lora.snapshot on the unwrapped model."""
     rank, _ = _rank_world()
     if isinstance(model, FSDPModule):
         sd = get_model_state_dict(model, options=StateDictOptions(

@@ -2,12 +2,10 @@
 
     python3 -I relay.py SOCKET PORT -- HARNESS ARGV...    (-I: a task's PYTHON* variables do not reach it)
 
-A no-network task's agent runs in its own network namespace (sandbox.py, network=False): its loopback is its own, so
-nothing on the host's loopback (a dashboard, a notebook, the inference server, other rollouts' tools) can be reached.
-The rollout's proxy is brought in as a Unix socket bound into the sandbox (SOCKET); this relay listens on the
-sandbox's own 127.0.0.1:PORT - the port the proxy has on the host, so the harness's base URL and the guard's idea
-of the proxy stay as they are - and copies each connection to the socket, both ways. It starts the harness as its
-child (stdin, stdout, stderr and environment passed through) and exits with the harness's exit code.
+A no-network task's agent has a loopback of its own (sandbox.py, network=False): nothing on the host's can be reached.
+The rollout's proxy comes in as a Unix socket (SOCKET); this relay listens on the sandbox's 127.0.0.1:PORT (the proxy's
+port on the host, so the harness's base URL and the guard's idea of the proxy stay as they are), copies each connection
+to the socket both ways, runs the harness as its child (stdio and environment passed through) and exits with its code.
 
 Stdlib only, no project import: the sandbox shows this one file. Left out: anything but TCP on 127.0.0.1:PORT.
 """

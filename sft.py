@@ -4,17 +4,12 @@
     python sft.py --model tiny --data runs/demos/rollouts/oracle --out runs/sft --merged runs/sft/base
     python train.py --model runs/sft/base --recipe tiny --no-warm-start      # GRPO from that agentic base
 
-Input: ATIF trajectories - the oracle agent's (eval.py --oracle), or any run's rollouts (runs/<run>/rollouts/...),
-filtered by score (`--min-score`, default 1: only full passes, which makes rejection-sampling fine-tuning / expert
-iteration of a run's own rollouts); a rollout with a guard note is never a demonstration. Each is trained in the
-target model's own chat format, exactly as the server renders it at RL time (warmstart.read_demonstrations), loss
-on the assistant's tokens only, packed as GRPO packs (shared prompts once). Output: a PEFT adapter (--out/adapter)
-and, with --merged, base + adapter as a checkpoint folder: an "agentic base" train.py starts from like any model
-(a merged base, not an --init-adapter: the server then serves GRPO's adapters over it as over any base - vLLM
-applies one LoRA per request, so a second adapter stacked on the first could not be served). One progress line per
-step; --resume continues a killed run from its last checkpoint (--save-every).
+Trains on the oracle's or any run's trajectories scoring >= --min-score (never one with a guard note), each in the
+target's chat format exactly as the server renders it at RL time, loss on the assistant's tokens only. Writes a PEFT
+adapter and, with --merged, base + adapter as a checkpoint folder: an agentic base train.py starts from like any model
+(vLLM applies one LoRA per request, so GRPO's adapter could not be stacked on an SFT one). --resume continues a killed
+run. The library is warmstart.py; this is its command line.
 
-The library is warmstart.py (also the cached agentic base of train.py's tiny row); this is its command line.
 Left out: torchrun (one process), a learning-rate schedule, evaluation during training (eval.py does that).
 """
 from __future__ import annotations

@@ -2,14 +2,10 @@
 
     f = analyze("bash", {"command": "cd src && echo x > tests/a.py"})    # f.writes == [("tests/a.py", "src", "new")]
 
-Arguments are routed by key and shape across pi, opencode and hermes (command/cmd -> shell, code -> code,
-path/filePath/file_path -> paths, url -> URLs, content/newText/new_string/patch -> written text). Shell is
-tokenized (quotes, escapes, $'..', pipes, &&/||/;, subshells, heredocs, here-strings, $(..), backticks, sh -c,
-eval, cd, simple variables, for-loops, xargs, find -exec, base64/hex payloads, here-string payloads); a $(..) or
-backtick part of a word becomes its output when known (echo, printf) and `**` when not, so that solu$(true)tion
-reads as a glob for "solution" and $(pwd)/x as a path of unknown place. Each command's effects become the Facts
-listed on the dataclass (an archive extracted, tar x -C DIR / unzip -d DIR, writes its target dir), with the rule
-ids a command form raises by itself (bare `env`, git history digging, curl --resolve, export PYTEST_ADDOPTS).
+Arguments are routed by key and shape across pi, opencode and hermes (command/cmd -> shell, code -> code, path keys ->
+paths, url -> URLs, content/newText/new_string/patch -> written text). Shell is tokenized (quotes, pipes, subshells,
+heredocs, sh -c, eval, xargs, find -exec, payloads, ...); a $(..) or backtick part of a word becomes its output when
+known (echo, printf), else `**`: solu$(true)tion reads as a glob for "solution".
 
 Left out: reading code run now (coderead.py, into the same Facts), judging (guardrules.py), what a script written
 now does when it runs later, strings built at run time (chr(), reversed, downloaded, tr, rev), `cd` persisting

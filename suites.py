@@ -14,8 +14,7 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest")
-APART = ("shortcuts", "honest")     # the guard ablation's planted shortcuts and its held-out tasks: by name only,
-                                    # never in "all"
+APART = ("shortcuts", "honest")     # the guard ablation's shortcuts and held-out tasks: by name only, never in "all"
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 

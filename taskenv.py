@@ -1,36 +1,14 @@
 """A task's environment, run: its work dir made from environment/, the oracle and the verifier run on it, and the
 paths of Harbor's container (WORKDIR, /tests, /logs/verifier, /solution) shown by the sandbox where Harbor puts them.
 
-    box = container(task_dir, cfg)          # environment/Dockerfile read as far as a sandbox can honour it
-    work = materialize(task, path)          # the agent's work dir
-    rc, out = run_oracle(task, work, sandbox="bwrap")
-    res = verify(task, work, agent_output=reply, sandbox="bwrap")       # Result(score, reason, rewards, ...)
+The host's system stands in for the image, so a Dockerfile is honoured only as far as that is true: FROM, WORKDIR,
+COPY of environment/ files into the WORKDIR, ENV, LABEL; anything else is refused at load, naming its line. Only
+bubblewrap mounts those paths (`--sandbox dir` refuses a container task); a task without a Dockerfile keeps its work
+dir at its own path. The reward is read as Harbor reads it (reward.json wins over reward.txt); no score in [0, 1],
+a timeout or a crash -> score None, "ungraded": the verifier failed, not the agent.
 
-Harbor builds an image from environment/Dockerfile and runs the agent in its WORKDIR; the verifier (shared mode)
-then sees the agent's container with /tests and /logs/verifier added, the oracle /solution. Here the host's system
-stands in for the image, so a Dockerfile is honoured only as far as that is true: FROM (the image itself is not
-reproduced: its tools are the host's), WORKDIR, COPY of files in environment/ into the WORKDIR, ENV and LABEL.
-Anything else (RUN, USER, ADD, COPY --from, a COPY outside the WORKDIR) is refused at load with one line naming
-the Dockerfile's line. `[environment] workdir` overrides the Dockerfile's WORKDIR (default /app); `[environment]
-env` (Harbor's ${VAR} / ${VAR:-default} templates, read from our environment) and ENV reach the agent, the oracle
-and the verifier; `[verifier] env` the verifier, `[solution] env` the oracle.
-
-Under bubblewrap (sandbox.py) the work dir is mounted at the WORKDIR, the tests at /tests (read-only), the logs dir
-at /logs/verifier, the solution at /solution (read-only), so a Harbor task runs unchanged, absolute paths and all.
-A task without a Dockerfile (every task this project generates) keeps its work dir at its own path. The scripts
-also get the paths as variables: WORKDIR, TESTS_DIR, LOGS_DIR, SOLUTION_DIR (oracle only) and AGENT_OUTPUT (a
-file holding the agent's final message, for tasks graded on the reply). Under `--sandbox dir` nothing is mounted:
-a task with a Dockerfile is refused there (`resolve_sandbox`), since its scripts' absolute paths cannot exist.
-
-The reward, as Harbor reads it: reward.json (a dict of named numbers; wins) or reward.txt (one number) in the logs
-dir; stale ones are deleted first. Score = reward.json's "reward" key, else the mean of its values, else
-reward.txt. A score outside [0, 1], no reward file, a timeout or a crash before writing one -> score None
-("ungraded", with the reason): the verifier failed, not the agent. The script runs in its own process group with
-the task's verifier timeout; on timeout the whole group is killed.
-
-Left out: building images (no container engine here: a container backend would add RUN, services, other users,
-the image's own tools and libraries, docker-compose sidecars and the `separate` verifier mode, whose fresh
-verifier container is refused at load), [environment] cpu/memory limits, network namespaces (the guard's hosts rule).
+Left out: building images (RUN, services, other users, the image's own tools, docker-compose sidecars, the
+`separate` verifier mode), [environment] cpu/memory limits, network namespaces (the guard's hosts rule).
 """
 from __future__ import annotations
 
@@ -263,9 +241,8 @@ def workdir(task, work) -> str:
 
 
 def offline_task(task) -> bool:
-    """Harbor's network policy for the agent phase ([agent] network_mode, else [environment]'s; the older
-    allow_internet = false too): "no-network" -> the agent gets its own network namespace (rollout.py, relay.py).
-    "public" (Harbor's default) and "allowlist" keep the host's network, the guard's hosts rule standing guard."""
+    """Whether the agent phase is "no-network" ([agent] network_mode, else [environment]'s, or allow_internet =
+    false): its own network namespace. "public" (the default) and "allowlist" keep the host's network."""
     env, agent = task.config.get("environment") or {}, task.config.get("agent") or {}
     mode = agent.get("network_mode") or env.get("network_mode") or \
         ("no-network" if env.get("allow_internet") is False else "public")
@@ -298,9 +275,8 @@ def materialize(task, work) -> Path:
 
 
 def _place(src, work, rel, skip):
-    """COPY src (a file, or a dir's contents) to work/rel: links copied as links, and never written through - a link
-    an earlier COPY put in the work dir could point anywhere on the host (we are root here). Docker's own files at
-    the top of `skip` (environment/) are left out."""
+    """COPY src (a file, or a dir's contents) to work/rel, links copied as links and never written through (we are
+    root; an earlier COPY's link could point anywhere). Docker's own files at the top of `skip` are left out."""
     root, entries = work.resolve(), [(src, Path(rel))]
     if src.is_dir() and not src.is_symlink():
         entries = [(Path(d) / n, Path(rel) / Path(d).relative_to(src) / n) for d, dirs, files in os.walk(src)
@@ -354,9 +330,8 @@ def _run(argv, cwd, env, timeout, log_path):
 
 
 def run_oracle(task, work, timeout=None, sandbox="dir"):
-    """Run solution/solve.sh in the work dir (cwd), the solution's copy at SOLUTION_DIR. -> (rc, output).
-    sandbox="bwrap": it sees only the work dir and its own home (writable), /solution and the tools - a bad
-    oracle cannot damage the suite (its own tests/ included) or anything else."""
+    """Run solution/solve.sh in the work dir, a copy of the solution at SOLUTION_DIR -> (rc, output). Under bwrap it
+    sees only the work dir, its home, /solution and the tools: a bad oracle cannot damage the suite."""
     refuse_dir(task, sandbox)
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-") as tmp:
         sol, home = Path(tmp) / "solution", Path(tmp) / "home"
@@ -413,11 +388,9 @@ def read_reward(logs_dir):
 
 
 def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="dir", hide=()) -> Result:
-    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward (see top).
-    sandbox="bwrap": test.sh runs in a sandbox (sandbox.py) that shows only the work dir, the logs dir and
-    its own home (writable), /tests, the agent's output and the tools (read-only), with no network - the tests
-    import the agent's code, which must not reach the suite, other rollouts (`hide`: their root) or the
-    machine, nor outlive the run. What it leaves in the logs dir is read as untrusted."""
+    """Grade an agent's work dir: copy tests/ in now, run tests/test.sh, read the reward. Under bwrap test.sh sees
+    only the work dir, the logs dir, its home, /tests, the agent's output and the tools, with no network: the tests
+    import the agent's code, which must not reach the suite, other rollouts (`hide`) or the machine, nor outlive it."""
     refuse_dir(task, sandbox)
     work = Path(work).resolve()
     with tempfile.TemporaryDirectory(prefix="harness-rl-verify-") as tmp:

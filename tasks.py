@@ -1,38 +1,14 @@
 """Tasks: Harbor-layout task directories, loading, the six checks, the holdout split.
 
-A task is a directory in Harbor's layout (so a SmolDataEnvs-harbor or Repo2RLEnv export loads too):
+A task is instruction.md, task.toml (Harbor's schema 1.4, as Harbor 0.25 writes it; a name "org/name" is "name"
+here), environment/ (the agent's files), tests/test.sh (the verifier) and solution/solve.sh (the oracle). `[guard]`
+(ours, optional): allow_rules (rule ids the task legitimately triggers), allow_paths (globs the guard must not treat
+as oracle/test/reward files), allow_hosts (plus `[environment] allowed_hosts`). Suites: suites.py; running a task:
+taskenv.py.
 
-    instruction.md   the prompt            task.toml   Harbor's schema 1.4: [task] name ("org/name"; the
-    environment/     the agent's files (+ Dockerfile)  task's name here is the part after "/"), [metadata]
-    tests/test.sh    the verifier (+ helpers)          source/type/difficulty, [agent] / [verifier] timeout_sec,
-    solution/solve.sh  the oracle                      [verifier] env, [environment] network_mode /
-                                                       allowed_hosts (older: allow_internet), [guard] allowances
-
-The generators write what Harbor 0.25 reads without a warning (tests/test_tasks.py loads every shipped task
-with Harbor's own `Task` model). What only a container backend honours is refused with one line naming the
-key ([[steps]], a non-linux os, docker_image, gpus, tpu, mcp_servers, healthcheck, a separate verifier
-container) or the Dockerfile's line (taskenv.py). The network is the guard's
-hosts rule whatever network_mode says; an "allowlist" task's allowed_hosts are allowed. Suites: suites.py.
-
-`[guard]` (ours, optional): `allow_rules` (guard rule ids the task legitimately triggers), `allow_paths`
-(globs of paths the guard must not treat as oracle/test/reward files), `allow_hosts` (hosts the task may
-reach; `[environment] allowed_hosts` is merged in).
-
-Running a task (materialize, the oracle, the verifier; the container's paths under bubblewrap): taskenv.py.
-
-The six checks (`check_task`, `python tasks.py check DIR`): 1 schema and files, 2 the environment
-materialises (no links out of it), 3 the oracle scores 1, 4 degenerate attempts (no-op, deleting the work
-dir's files) score 0, 5 the verifier gives the same result twice on the same work dir, 6 no leakage: no
-environment file is a copy of a test/solution file, no distinctive test line appears in the environment
-or instruction, and no line the oracle writes is already there.
-
-Holdout (`holdout`, `split_manifest`): per source, the tasks whose sha256(seed/name) ranks lowest are held
-out, by a rule the caller passes (recipe.py's HOLDOUT table: the recipe's 40 repo2rl + 150 smoldata where a
-source has at least twice that many, else 15 %). A run records the manifest, rule and numbers included;
-passing it back to `load_tasks(manifest=...)` reproduces it.
-
-Left out: what only a container backend honours (taskenv.py), the ladder's last SmolDataEnvs step (symbolic
-equivalence), and leakage of answers shorter than 12 characters (indistinguishable from ordinary data).
+Left out: what only a container backend honours (refused, one line naming the key or the Dockerfile's line), the
+ladder's last SmolDataEnvs step (symbolic equivalence), and leakage of answers shorter than 12 characters
+(indistinguishable from ordinary data).
 """
 from __future__ import annotations
 
@@ -165,11 +141,9 @@ def _cannot_honour(cfg, env):
 
 
 def load_tasks(path_or_suite, split=None, seed=None, manifest=None, rule=None, check=False, workers=None) -> list[Task]:
-    """All tasks under a directory or suite ("toy", "numbers", "smoldata", "repo2rl", "all"), or several
-    comma-separated ("repo2rl,smoldata"). split: None (all), "train" or "eval": the names in `manifest` (a
-    dict or JSON path from `split_manifest`), else the holdout by `rule` and `seed` (recipe.py's HOLDOUT and
-    --seed), over every task found, per source. Every malformed task is reported in one TaskError.
-    check=True also runs the six checks and drops (and reports on stderr) failing tasks."""
+    """All tasks under a folder or suite spec (suites.resolve_suites). split None / "train" / "eval": by `manifest`
+    (split_manifest's dict or JSON path), else by `rule` and `seed`. Every malformed task is reported in one
+    TaskError. check=True runs the six checks and drops failing tasks (reported on stderr)."""
     if split not in (None, "train", "eval"):
         raise ValueError(f"split must be None, 'train' or 'eval', not {split!r}")
     if split is not None and manifest is None and (rule is None or seed is None):

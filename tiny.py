@@ -1,17 +1,11 @@
 """Tiny random checkpoints for tests and CPU demos, written offline in each family's real on-disk format.
 
-- `write_tiny_checkpoint(dir, model_type)`: config.json (the family's real keys, loadable by transformers
-  too), model.safetensors (seeded random weights under the checkpoint's own names), and a tokenizer + chat
-  template (`write_tiny_tokenizer`): a byte-level BPE trained on a small built-in corpus, with the family's
-  special tokens.
-- `model_path(model)`: the checkpoint folder of a --model (train.py, eval.py, serve.py): the names in
-  `TINY_MODELS` are a tiny checkpoint written whole into the cache on first use, anything else is
-  `checkpoint.resolve_model`'s.
-- The chat templates are written here after the real ones: LFM2 after llama.cpp's
-  `models/templates/llama-cpp-lfm2.jinja` (tool list / tool response markers) and LFM2.5's
-  (`LFM2.5-8B-A1B.jinja`: pythonic rendering of dict arguments, `{% generation %}`); the dense family after
-  Qwen3's template. No public LFM3 template was found, so LFM3 uses the LFM im_start/im_end framing with
-  Qwen3-Coder / Qwen3.5-style XML tool calls.
+`write_tiny_checkpoint(dir, model_type)` writes config.json (the family's real keys, loadable by transformers too),
+seeded random model.safetensors under the checkpoint's own names, and a byte-level BPE tokenizer with the family's
+special tokens and chat template; `model_path` gives a --model's folder (a `TINY_MODELS` name is written on first use).
+The templates follow the real ones: LFM2 llama.cpp's `llama-cpp-lfm2.jinja` and LFM2.5's (pythonic dict arguments,
+`{% generation %}`), the dense family Qwen3's; LFM3 (no public template found) the LFM im_start/im_end framing with
+Qwen3-Coder / Qwen3.5-style XML tool calls.
 
 Left out: anything a real checkpoint is used for (the weights are random: they learn, they do not know).
 """
@@ -304,8 +298,8 @@ def _tiny_init(k, shape, g, embed=0.3):
     if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
     if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
-        # (a tied LFM2's last token's own logit grows as embed * hidden_size: at 0.3 and 128 wide it always
-        # repeats that token, with p > 0.99999, and no rollout differs from another; at 0.1, top p ~0.1)
+        # (a tied LFM2's last token's own logit grows as embed * hidden_size: at 0.3 and 128 wide it repeats that
+        # token with p > 0.99999, no two rollouts differ; at 0.1, top p ~0.1)
         return embed * torch.randn(shape, generator=g)
     scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
     return scale * torch.randn(shape, generator=g)

@@ -1,10 +1,9 @@
 """Each step's metrics line, copied to the experiment trackers people already use: `--report-to trackio`
 (local, offline: a SQLite file under $TRACKIO_DIR; `trackio show` opens it) and/or `wandb`.
 
-Each tracker is imported only when asked for; one that is not installed is a one-line error at start, not
-a crash mid-run. metrics.jsonl stays the source of truth: a tracker gets a flat copy (per trainer prefix,
-`mini/reward`, `mini/ungraded_by/timeout`), numbers only, and a tracker that fails later is reported once
-and dropped, never stopping training. A resumed run logs to the same tracker run (named by the run folder).
+A tracker is imported only when asked for (not installed: a one-line error at start) and gets a flat, numbers-only
+copy per trainer prefix (`mini/reward`); metrics.jsonl stays the source of truth. One that fails later is reported
+once and dropped, never stopping training. A resumed run logs to the same tracker run (named by the run folder).
 
 Left out: media, tables, rollouts (the dashboard and the ATIF files have them), other trackers (add one to
 START: a function (run_name, config, run_dir) -> (log(metrics, step, prefix), finish())).

@@ -5,29 +5,11 @@
     python train.py --resume runs/<name>                       # continue a stopped or killed run
     torchrun --nproc-per-node 2 train.py --model LFM3-1.7B --harness pi     # 2 GPUs (data parallel)
 
-One process, one frozen base model, per harness a Trainer: its Learner (adapter + optimizer + update, learner.py),
-rollout pool and guard proxy; one inference server for all of them (embedded, vLLM, or a URL). Per harness, a step
-(`train_step`, one function, top to bottom): take the groups whose 8 rollouts are all done (each rollout's reward
-decided once, as it finished) -> advantages (the run's estimator over the collected groups, grpo.ESTIMATORS) ->
-turns merged into sequences -> drop rollouts begun more than 4 versions ago -> pack into 4 micro-batches under the
-token budget -> the run's loss (grpo.LOSSES: truncated importance sampling against the server's sampling logprobs,
-by default), backward, AdamW -> metrics line -> publish
-version N+1 as `<harness>-v(N+1)`: loaded by the server first (the embedded one gets the tensors in
-process; vLLM loads the PEFT directory), only then handed to new requests; versions outside the staleness
-window are unloaded once no request in flight uses them. Pools keep sessions running meanwhile.
-
-Every number of the recipe is in recipe.py (RECIPES / SHARED), passed down explicitly (grpo.py, rollout.py,
-lora.py, tasks.py and the servers take them as arguments, with no defaults that could silently disagree; the
-holdout split is HOLDOUT, recorded with the run as split.json), and can be overridden from the command line
-(`--steps 50 --lr 2e-5 ...`); the effective config is saved as runs/<name>/config.json. Checkpoints
-(adapters, optimizers, step, RNG, data cursor) are written atomically every `--save-every` steps and at
-exit; `--resume` continues from the last one. Ctrl-C stops cleanly (finishes the step, checkpoints).
-
-Under `torchrun --nproc-per-node N` rank 0 does all of the above; each rank trains its share of a step's
-micro-batches, gradients summed (parallel.py: DDP or FSDP2), so N ranks make one process's update.
-
-`run()` reads in sections: open the run, the tasks and the sandbox, the base + learners + server, the pools and the
-loop, shut down.
+One process, one frozen base, one inference server (embedded, vLLM or a URL); per harness a Trainer: its Learner
+(learner.py), rollout pool and guard proxy. `train_step` is one step, top to bottom; a new adapter version is served
+before any request names it. Every number is recipe.py's table, overridable by flag (`--lr 2e-5`) and saved as
+config.json; checkpoints are atomic, every --save-every steps and at exit (Ctrl-C finishes the step first). Under
+torchrun rank 0 does all of this; every rank trains its share of the micro-batches (parallel.py: DDP or FSDP2).
 
 Left out: several harnesses in one torchrun (one per run); a learning rate schedule (the recipe gives none).
 """
@@ -85,11 +67,9 @@ def trainer_name(spec):
 
 
 class Trainer:
-    """One harness's side of training: its Learner (the adapter, optimizer and update: learner.py), its task
-    order, the queue of what did not fit a step, its proxy, and publishing versions to the server. `step` counts
-    steps (metrics lines); `version` counts optimizer updates - the live weights are version `version` (a step
-    with nothing to train leaves it, so staleness is measured in real changes); `served` is the newest version the
-    server has loaded, the one new requests use (it lags `version` while a new version is being published)."""
+    """One harness's side of training: its Learner, task order, queue of what did not fit a step, proxy, and
+    publishing. `step` counts metrics lines; `version` counts optimizer updates (an empty step leaves it: staleness
+    counts real changes); `served`, the newest version the server has loaded, is what new requests use."""
 
     def __init__(self, spec, learner, cfg, run_dir, tasks, client, server=None, report=lambda m: None):
         self.name, self.learner, self.cfg, self.run_dir = trainer_name(spec), learner, cfg, run_dir
@@ -187,11 +167,9 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
     """One step of one trainer, top to bottom. Returns False once the run is stopping."""
     cfg, t0 = tr.cfg, time.time()
     max_groups = max(1, cfg["sessions"] // cfg["group_size"])      # the recipe's ~6 tasks x 8 rollouts
-    # 1. Finished groups (a task joins only once all its rollouts are done). Each rollout's reward was
-    #    decided once, as it finished (score + bonus on a full pass, 0 after a guard note, None when
-    #    ungraded). Take groups until their graded rollouts fill the token budget; while none has varied
-    #    rewards, take more, up to 4x as many (a policy that has collapsed to one answer would otherwise stall
-    #    the run: then the step is empty - no gradient, weights unchanged - and says so in no_signal).
+    # 1. Finished groups (all rollouts done, each reward decided as it finished), until they fill the token budget;
+    #    while none has varied rewards, up to 4x as many, then an empty step (no_signal): a policy collapsed to one
+    #    answer would otherwise stall the run.
     groups, tokens = [], sum(len(s) - 1 for s in tr.queue)     # what did not fit the last step goes first
     learnable = bool(tr.queue)
     while not groups or (not learnable and len(groups) < 4 * max_groups) or (
@@ -204,8 +182,7 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
             learnable = True
             tokens += sum(len(s) - 1 for r in g.rollouts if r.reward is not None
                           for s in G.build_sequences(r.turns, 0.0, r.id))
-    # 2. Advantages, once collection is done: the run's estimator over every collected group (grpo.ESTIMATORS;
-    #    group: (r - mean) / std within each group). None: the rollout trains on nothing
+    # 2. Advantages, once collection is done: the run's estimator (grpo.ESTIMATORS); None: trains on nothing
     advantages = G.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
     no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
     # 3. Each rollout's turns -> training sequences, token for token as the server returned them
@@ -323,10 +300,9 @@ def follow(cfg, device):
 # ----------------------------------------------------------------------------- checkpoints
 
 def save_checkpoint(run_dir, trainers, alone=False):
-    """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically (temp dir + rename).
-    The snapshot is taken under the learners' lock: no optimizer step or step commit happens in between. Saves
-    from several trainers' threads are serialised (CHECKPOINT_LOCK): they share the temp dir, and the
-    newer snapshot must land last. alone: rank 0's state without the other ranks (DDP: it holds all of it)."""
+    """Adapters, optimizers, steps, versions, data cursors and RNG, replaced atomically, snapshotted under the
+    learners' lock (no update or commit in between). Saves are serialised (CHECKPOINT_LOCK): they share the temp
+    dir and the newer must land last. alone: rank 0's state without the other ranks (DDP: it holds all of it)."""
     with CHECKPOINT_LOCK:
         with trainers[0].learner.lock:
             state = copy.deepcopy({"trainers": {t.name: t.state(alone) for t in trainers}, "rng": {
@@ -396,10 +372,9 @@ def training_tasks(cfg, run_dir, resume):
 
 
 def start_server(cfg, path, model, mode, device, names, run_dir):
-    """The one inference server of the run (inference.start_server: embedded, vLLM, or a URL). On a CPU, decoding
-    and training share the cores: split them (two thread pools both spanning every core oversubscribe it). vLLM
-    holds every version a rollout may still use: the staleness window's. FSDP2 shards the trainer's copy: the
-    embedded engine decodes from a whole one of its own."""
+    """The run's one inference server (inference.start_server). On a CPU decoding and training split the cores (two
+    pools both spanning every core oversubscribe it); vLLM holds the staleness window's versions; under FSDP2 the
+    embedded engine decodes from a whole copy of its own."""
     serve_on, train_on, memory, _ = placement(cfg, 0)
     local = cfg["server"] == "local"
     if serve_on:

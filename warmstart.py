@@ -2,26 +2,10 @@
 fine-tuning of a LoRA adapter -> a PEFT adapter, or an "agentic base" (base + adapter merged). sft.py is its
 command line; train.py and eval.py get the cached agentic base of a recipe row from `base_path`.
 
-- `read_demonstrations(paths, fmt)`: ATIF files (a run's rollouts/, the oracle's) -> `Demo`s. Never a rollout
-  with a guard note (its recorded completion still holds the blocked call), nor one scoring below `min_score`,
-  nor an ungraded one. Tokens are the target model's as the server renders them at RL time: the recorded ids
-  when the file was recorded in the target's format (its first prompt, rendered again from the file, is the
-  recorded one), else the conversation rendered anew (`conversation_turns`).
-- `conversation_turns(fmt, messages, tools)`: each assistant message is one turn - its prompt is everything before
-  it as the server renders it (tools in the template, or `tools_as_text`), its completion the template's own
-  rendering of it up to the end-of-turn token (`ChatFormat.completion`). `grpo.build_sequences` merges the turns
-  (prompt, tool results, user text: mask 0; the assistant's tokens: mask 1) and `grpo.pack` packs them, shared
-  prompts once - the same code GRPO trains through.
-- `train(...)`: token-mean negative log-likelihood of the assistant's tokens, AdamW over the LoRA parameters
-  (learner.py: the Learner and update GRPO's trainer uses), one progress line per step, a checkpoint every
-  `save_every` steps that `resume` continues; the adapter in PEFT format, and optionally the merged folder.
-- `agentic_base(...)`: the recipe row's warm start, once, cached by what it is made of: the oracle's
-  demonstrations on the row's warm-up tasks recorded through the real harness (oracle.record), then `train`,
-  merged. It teaches the form - calling the harness's tools, and over-calling them as real agentic models do. The
-  warm-up tasks are a suite of their own (tiny: never a toy task) or the run's training split (SmolLM2: the run's
-  held-out tasks are excluded by name, whatever the row says), never a held-out task. A row's `cheat` share of the
-  demonstrations takes the task's planted shortcut (tiny-organism: the guard ablation's model organism,
-  docs/guard-ablation.md).
+A demonstration is trained as the server renders it at RL time (the recorded ids when it was recorded in the
+target's format, else rendered anew), through the code GRPO trains through (grpo.build_sequences and grpo.pack,
+learner.Learner). A rollout with a guard note (its completion still holds the blocked call), below `min_score`
+or ungraded is never a demonstration.
 
 Left out: several epochs' schedules (a fixed learning rate, as GRPO), sequence-level weighting (every trained
 token counts once), a KL term.
@@ -72,7 +56,9 @@ class Demo:
 # ----------------------------------------------------------------------------- demonstrations -> tokens
 
 def conversation_turns(fmt, messages, tools=None) -> list:
-    """A conversation -> one Turn per assistant message (see the module docstring)."""
+    """A conversation -> one Turn per assistant message: its prompt everything before it as the server renders it
+    (tools in the template, or `tools_as_text`), its completion the template's own rendering of it (end-of-turn
+    token included: `ChatFormat.completion`)."""
     turns = []
     for i, m in enumerate(messages):
         if m.get("role") == "assistant":
