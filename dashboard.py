@@ -3,24 +3,11 @@
     python dashboard.py runs/a [runs/b ...] [--host 127.0.0.1] [--port 8765]     # finished or live runs
     python train.py --model tiny --dashboard                # train.py runs this file as a process of its own
 
-One aiohttp app, one HTML page with its CSS and JS inline (no CDN, works offline); the charts are SVG drawn
-by hand in plain JS. The page polls every 2 s: `/api/metrics?after=N` returns only the lines it has not seen,
-so the charts gain points without a reload. Per trainer (adapter): reward, pass rate, tool calls, guard
-blocks (per step, and by rule per adapter version - rule names live only in the ATIF files), ungraded by
-reason, stale drops, importance weight / cut / truncated share, mismatch, packing fill, step time
-(wait / train / sync), sessions in flight, loss. Several run dirs are overlaid (one dash style per run).
-The rollout browser lists the newest rollouts per trainer (all / blocked / failed / solved); one opens to
-its turns, tool calls and results, the guard's verdicts (rule + note) and its reward. Eval reports
-(`report.html`, `result.json`) found in a run dir are linked; an eval output dir works as a "run" too.
-
-Everything a request names is checked: run index and numbers are non-negative integers (400 naming the
-field), a file path must stay inside the run dir (no absolute path, no `..`, no symlink out: 400; missing:
-404), every error is a JSON {"error": ...}. Files are read on two threads of the dashboard's own (its event loop
-never waits on the disk), and once each: metrics from the last complete line on (a half-written last line waits for
-the next poll), rollout files once per (mtime, size). NaN / Infinity in a file become null.
-
-Every request needs the token in the URL it prints (fresh per start, as Jupyter's; the page then keeps it in an
-HttpOnly, SameSite=Strict cookie): reaching the port is not enough (a public task's agent, another user).
+One aiohttp app, one page (CSS, JS and hand-drawn SVG charts inline: no CDN, works offline) that polls every 2 s
+for the metrics lines it has not seen. Several run dirs overlay; an eval output dir works as a run. Every request
+needs the token in the URL it prints (then an HttpOnly cookie): reaching the port is not enough (a public task's
+agent, another user). Whatever a request names is checked (a path must stay inside the run dir); files are read on
+the dashboard's own threads, each once.
 
 Left out: accounts and TLS (it binds loopback by default), push (websockets), rollouts older than the newest
 MAX_SCAN files of a run (the list, its counts and the by-rule chart cover those), pagination past MAX_LIMIT rows,
@@ -50,6 +37,7 @@ REPORTS = ("report.html", "result.json", "report.md")     # what eval.py writes
 SKIP = {"rollouts", "adapters", "checkpoint", "checkpoint.tmp", "checkpoint.prev", "sandboxes"}   # big, no reports
 COOKIE = "harness_rl_token"
 RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys of runs written before the rename
+PAGE = Path(__file__).with_name("dashboard.html")   # the page: HTML, CSS and its script
 PAGE_CSP = "default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -130,9 +118,8 @@ class Run:
         return self.metrics
 
     def rollouts(self):
-        """Rows of the newest MAX_SCAN readable ATIF files under rollouts/<trainer>/<version>/, newest first (by
-        version folder, then time). A file still being written (not yet valid JSON) is skipped now and read
-        again once it changes; a row is parsed once per (mtime, size)."""
+        """Rows of the newest MAX_SCAN readable ATIF files under rollouts/<trainer>/<version>/, newest first (version,
+        then time); each parsed once per (mtime, size), so a half-written file is read again once it changes."""
         found = []
         for t in _dirs(self.path / "rollouts"):
             for v in _dirs(t.path):
@@ -273,7 +260,7 @@ def make_app(run_dirs, token=None):
         if token and request.query.get("token"):        # the page's own requests then carry it as a cookie
             response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
         return response
-    app = web.Application(middlewares=[auth])
+    app, page = web.Application(middlewares=[auth]), PAGE.read_text()
     # its own threads for the disk: inside train.py, the default executor runs the optimizer and the verifiers
     disk = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dashboard")
 
@@ -297,7 +284,7 @@ def make_app(run_dirs, token=None):
     async def index(request):
         # only the page's own script runs: a nonce, not 'unsafe-inline', so model text that slipped past esc() can't
         nonce = secrets.token_urlsafe(16)
-        return web.Response(text=PAGE.replace("<script>", f'<script nonce="{nonce}">'), content_type="text/html",
+        return web.Response(text=page.replace("<script>", f'<script nonce="{nonce}">'), content_type="text/html",
                             headers={"Content-Security-Policy": PAGE_CSP.format(nonce=nonce)})
 
     async def api_runs(request):
@@ -367,8 +354,8 @@ def make_app(run_dirs, token=None):
 
 
 async def start(run_dirs, host="127.0.0.1", port=0, token=None):
-    """Serve the dashboard on the running event loop: (AppRunner, url with ?token=, as Jupyter prints it). The
-    caller ends it with `await runner.cleanup()`. port 0 = any free port (the url says which); token: a fresh one."""
+    """Serve on the running event loop: (AppRunner, url with ?token=); end it with `await runner.cleanup()`.
+    port 0 = any free port (the url says which); token None = a fresh one."""
     token = token or secrets.token_urlsafe(24)
     runner = web.AppRunner(make_app(run_dirs, token), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
@@ -402,198 +389,6 @@ def main(argv=None):
         pass
     except OSError as e:                # the port is taken, the host is not ours
         sys.exit(f"dashboard: cannot listen on {args.host}:{args.port}: {e.strerror or e}")
-
-
-# ----------------------------------------------------------------------------- the page (HTML, CSS, JS)
-
-PAGE = r"""<!doctype html><html><head><meta charset="utf-8"><title>harness-rl dashboard</title>
-<style>
-body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222;background:#fafafa}h1{font-size:18px;margin:0 0 8px}
-h2{font-size:15px;margin:18px 0 6px}.muted{color:#777}.bad{color:#b00020}.good{color:#087f23}code{background:#eee}
-.run,.card,.step{background:#fff;border:1px solid #ddd;border-radius:4px;padding:4px 8px;margin:4px 0}
-.grid{display:flex;flex-wrap:wrap;gap:8px}.card svg text{font-size:10px;fill:#555}.card svg .t{font-size:12px;fill:#222}
-.legend{font-size:11px;max-width:360px}.legend span{margin-right:8px;white-space:nowrap}
-button{font:inherit;padding:2px 8px;border:1px solid #bbb;background:#fff;border-radius:3px}button.on{background:#333;color:#fff}
-.rb{display:flex;gap:12px;align-items:flex-start}.rbl{flex:0 0 600px;max-height:640px;overflow:auto}#detail{flex:1;min-width:0}
-table{border-collapse:collapse;width:100%;background:#fff}td,th{padding:3px 6px;border-bottom:1px solid #eee;text-align:left}
-tr.row{cursor:pointer}tr.row:hover,tr.sel{background:#eef3ff}.step.blockedstep{border-color:#b00020}.src{font-weight:600}
-pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;background:#f4f4f4;padding:4px;max-height:300px;overflow:auto}
-.verdict{border-left:4px solid #b00020;background:#fff0f0;padding:6px;margin:6px 0}
-</style></head><body>
-<h1>harness-rl dashboard</h1><div id="err" class="bad"></div><div id="runs" class="muted">loading…</div>
-<div id="panels"></div>
-<h2>Rollouts</h2>
-<div><select id="rbsel"></select> <span id="rbf"></span> <span id="rbcount" class="muted"></span></div>
-<div class="rb"><div class="rbl"><table id="rblist"></table></div><div id="detail" class="muted">click a rollout</div></div>
-<script>
-"use strict";
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
-const DASHES = ["", "6 3", "2 3", "8 3 2 3"], DASH_NAMES = ["solid", "dashed", "dotted", "dash-dot"];  // per run
-// [id, title, line -> {series: value}, fill missing series with 0]
-const CHARTS = [
-  ["reward", "reward", m => ({reward: m.reward})],
-  ["pass", "pass rate", m => ({"pass rate": m.pass_rate})],
-  ["tools", "tool calls per rollout", m => ({"tool calls": m.tool_calls})],
-  ["blocks", "guard blocks (rollouts with a blocked call)", m => ({blocked: m.blocked})],
-  ["ungraded", "ungraded rollouts by reason", m => Object.assign({total: m.ungraded}, m.ungraded_by || {}), true],
-  ["stale", "rollouts dropped as stale", m => ({stale: m.dropped_stale})],
-  ["is", "importance weight w / cut / trunc share", m => ({w: m.is_weight, cut: m.clip_frac, trunc: m.trunc_frac})],
-  ["mismatch", "mismatch |log π − log μ| (fresh tokens)", m => ({mismatch: m.mismatch})],
-  ["fill", "packing fill (tokens / budget)", m => ({fill: m.fill})],
-  ["time", "step time split (s)", m => ({wait: m.wait_time, train: m.train_time, sync: m.sync_time})],
-  ["inflight", "sessions in flight", m => ({"in flight": m.in_flight})],
-  ["loss", "loss", m => ({loss: m.loss})],
-];
-const S = {runs: [], lines: {}, after: {}, guard: {}, filter: "all", sel: null, open: null, tick: 0};
-const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
-const num = v => typeof v === "number" && isFinite(v);
-const fmt = v => !num(v) ? "–" : v === 0 ? "0" : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 0.01 ? String(+v.toFixed(3)) : v.toExponential(1);
-async function get(url) {
-  const r = await fetch(url), d = await r.json();
-  if (!r.ok) throw new Error(d.error || r.status);
-  return d;
-}
-// ---- charts: one SVG per metric; series = (run, key); color per key (or per run if one key), dash per run
-function chart(id, title, series, xlabel, empty = "no data yet") {
-  const W = 360, H = 170, L = 46, R = 10, T = 22, B = 26, pts = series.flatMap(s => s.pts);
-  let svg = `<svg width="${W}" height="${H}" data-chart="${id}"><text class="t" x="4" y="14">${esc(title)}</text>`;
-  if (!pts.length) return `<div class="card">${svg}<text x="${W / 2}" y="${H / 2}" text-anchor="middle">${esc(empty)}</text></svg></div>`;
-  let [x0, x1] = [Math.min(...pts.map(p => p[0])), Math.max(...pts.map(p => p[0]))];
-  let [y0, y1] = [Math.min(0, ...pts.map(p => p[1])), Math.max(...pts.map(p => p[1]))];
-  if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) y1 = y0 + 1;
-  const X = x => L + (x - x0) / (x1 - x0) * (W - L - R), Y = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
-  svg += `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#999"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#999"/>`;
-  for (const y of [y0, (y0 + y1) / 2, y1])
-    svg += `<text x="${L - 4}" y="${Y(y) + 3}" text-anchor="end">${fmt(y)}</text><line x1="${L}" x2="${W - R}" y1="${Y(y)}" y2="${Y(y)}" stroke="#eee"/>`;
-  svg += `<text x="${L}" y="${H - 8}">${fmt(x0)}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">${fmt(x1)}</text>`;
-  svg += `<text x="${(L + W) / 2}" y="${H - 8}" text-anchor="middle">${esc(xlabel)}</text>`;
-  for (const s of series) {
-    if (!s.pts.length) continue;
-    const xy = s.pts.map(p => [X(p[0]).toFixed(1), Y(p[1]).toFixed(1)]);
-    svg += `<g class="series" data-run="${s.run}" data-key="${esc(s.key)}"><polyline fill="none" stroke="${s.color}" ` +
-      `stroke-width="1.5" stroke-dasharray="${s.dash}" points="${xy.map(q => q.join(",")).join(" ")}"/>`;
-    s.pts.forEach((p, i) => svg += `<circle class="pt" cx="${xy[i][0]}" cy="${xy[i][1]}" r="2.2" fill="${s.color}">` +
-      `<title>${esc(s.name)} ${esc(xlabel)} ${p[0]}: ${fmt(p[1])}</title></circle>`);
-    svg += "</g>";
-  }
-  const legend = series.map(s => `<span><svg width="16" height="6"><line x1="0" y1="3" x2="16" y2="3" stroke="${s.color}" ` +
-    `stroke-width="2" stroke-dasharray="${s.dash}"/></svg> ${esc(s.name)}</span>`).join("");
-  return `<div class="card">${svg}</svg><div class="legend">${legend}</div></div>`;
-}
-function seriesOf(trainer, pick, zeros) {
-  const out = [], runs = S.runs.filter(r => (S.lines[r.id] || []).some(m => m.trainer === trainer));
-  runs.forEach((run, ri) => {
-    const ms = S.lines[run.id].filter(m => m.trainer === trainer), keys = [];
-    for (const m of ms) for (const k of Object.keys(pick(m))) if (!keys.includes(k)) keys.push(k);
-    keys.forEach((k, ki) => out.push({run: run.id, key: k,
-      name: (runs.length > 1 ? run.name + " " : "") + k, dash: DASHES[S.runs.indexOf(run) % DASHES.length],
-      color: keys.length > 1 ? COLORS[ki % COLORS.length] : COLORS[S.runs.indexOf(run) % COLORS.length],
-      pts: ms.map(m => [m.step, zeros ? (pick(m)[k] ?? 0) : pick(m)[k]]).filter(p => num(p[1]))}));
-  });
-  return out;
-}
-function guardSeries(trainer) {        // blocked calls by rule, x = adapter version (ATIF folders)
-  const out = [];
-  S.runs.forEach((run, ri) => {
-    const per = (S.guard[run.id] || {})[trainer] || {}, rules = [...new Set(Object.values(per).flatMap(Object.keys))].sort();
-    const vs = Object.keys(per).filter(v => /^\d+$/.test(v)).map(Number).sort((a, b) => a - b);
-    rules.forEach((rule, k) => out.push({run: run.id, key: rule, name: (S.runs.length > 1 ? run.name + " " : "") + rule,
-      color: COLORS[k % COLORS.length], dash: DASHES[ri % DASHES.length], pts: vs.map(v => [v, per[v][rule] || 0])}));
-  });
-  return out;
-}
-function draw() {
-  const trainers = [...new Set(S.runs.flatMap(r => (S.lines[r.id] || []).map(m => m.trainer)))].sort();
-  document.getElementById("panels").innerHTML = trainers.map(t =>
-    `<section data-trainer="${esc(t)}"><h2>${esc(t)}</h2><div class="grid">` +
-    CHARTS.map(([id, title, pick, zeros]) => chart(id, title, seriesOf(t, pick, zeros), "step")).join("") +
-    chart("rules", "blocked calls by guard rule", guardSeries(t), "adapter version", "no blocked call") +
-    `</div></section>`).join("")
-    || `<p class="muted">no metrics yet (a step writes one line to metrics.jsonl when it ends)</p>`;
-}
-function drawRuns() {
-  const keys = ["model", "harness", "loss", "lr", "rank", "steps", "sessions", "group_size", "token_budget", "suite",
-                "server", "seed"];
-  document.getElementById("runs").innerHTML = S.runs.map((r, i) => {
-    const cfg = keys.filter(k => r.config[k] !== undefined).map(k => `${k} <b>${esc(r.config[k])}</b>`).join(" · ");
-    const reps = r.reports.map(p => `<a href="${esc(p.url)}" target="_blank">${esc(p.path)}</a>`).join(" ");
-    return `<div class="run"><b>${esc(r.name)}</b> <span class="muted">${esc(r.path)} · ${DASH_NAMES[i % DASHES.length]} ` +
-      `lines · ${(S.lines[r.id] || []).length} steps logged</span><br>${cfg || '<span class="muted">no config.json yet</span>'}` +
-      (r.config_error ? ` <span class="bad">${esc(r.config_error)}</span>` : "") + (reps ? `<br>eval reports: ${reps}` : "") + `</div>`;
-  }).join("");
-  const sel = document.getElementById("rbsel");
-  const opts = S.runs.flatMap(r => r.trainers.map(t => [`${r.id}|${t}`, (S.runs.length > 1 ? r.name + " / " : "") + t]));
-  if (sel.options.length !== opts.length) {
-    sel.innerHTML = opts.map(([v, l]) => `<option value="${esc(v)}">${esc(l)}</option>`).join("");
-    if (S.sel && opts.some(o => o[0] === S.sel)) sel.value = S.sel;
-    S.sel = sel.value || null;
-  }
-}
-// ---- the rollout browser
-async function listRollouts() {
-  if (!S.sel) return;
-  const [run, trainer] = [S.sel.split("|")[0], S.sel.slice(S.sel.indexOf("|") + 1)];
-  const d = await get(`api/rollouts?run=${run}&trainer=${encodeURIComponent(trainer)}&filter=${S.filter}&limit=200`);
-  document.getElementById("rbf").innerHTML = ["all", "blocked", "failed", "solved"].map(f =>
-    `<button data-filter="${f}" class="${f === S.filter ? "on" : ""}">${f} (${d.counts[f]})</button>`).join("");
-  document.getElementById("rbcount").textContent =
-    (d.rollouts.length < d.counts[S.filter] ? `newest ${d.rollouts.length} shown` : "") +
-    (d.read < d.files ? ` (counts over the newest ${d.read} of ${d.files} files)` : "");
-  document.getElementById("rblist").innerHTML = "<tr>" + ["version", "task", "reward", "score", "tools", "guard",
-    "failure"].map(h => `<th>${h}</th>`).join("") + "</tr>" + d.rollouts.map(r =>
-      `<tr class="row ${S.open && S.open[0] === run && S.open[1] === r.id ? "sel" : ""}" data-run="${run}" ` +
-      `data-id="${esc(r.id)}"><td>${esc(r.version)}</td><td>${esc(r.task)}</td>` +
-      `<td>${fmt(r.reward)}</td><td class="${r.score === 1 ? "good" : ""}">${fmt(r.score)}</td><td>${esc(r.tool_calls)}</td>` +
-      `<td class="bad">${r.rules.map(esc).join(", ")}</td><td class="bad">${esc(r.failure)}</td></tr>`).join("");
-}
-async function openRollout(run, id) {
-  S.open = [run, id];
-  const d = await get(`api/rollout?run=${run}&id=${encodeURIComponent(id)}`), s = d.summary;
-  let h = `<h3>${esc(s.task)} <span class="muted">${esc(d.id)}</span></h3><div>reward <b>${fmt(s.reward)}</b> · ` +
-    `score ${fmt(s.score)} · tool calls ${esc(s.tool_calls)} · started at version ${esc(s.start_version)} · ` +
-    `${fmt(s.seconds)} s · ${esc(d.agent)} ${esc(d.harness_version)}` +
-    (s.failure ? ` · <span class="bad">ungraded: ${esc(s.failure)}</span>` : "") + `</div><div class="muted">${esc(s.reason)}</div>`;
-  h += d.verdicts.map(v => `<div class="verdict"><b class="bad">BLOCKED</b> by rule <code class="rule">${esc(v.rule)}</code>: ` +
-    `<code>${esc(v.tool)}</code> <pre>${esc(v.arguments)}</pre><div class="note">${esc(v.note)}</div></div>`).join("");
-  h += d.errors.map(e => `<pre class="bad">${esc(e)}</pre>`).join("");
-  h += d.steps.map(st => `<div class="step ${st.blocked.length ? "blockedstep" : ""}"><span class="src">${esc(st.source)}</span>` +
-    (st.source === "agent" ? `<span class="muted"> version ${esc(st.adapter_version)} · ${esc(st.prompt_tokens)} prompt + ` +
-      `${esc(st.completion_tokens)} completion tokens · mean logprob ${fmt(st.mean_logprob)}</span>` : "") +
-    (st.blocked.length ? ` <b class="bad">guard note (${st.blocked.map(i => esc(d.verdicts[i].rule)).join(", ")})</b>` : "") +
-    `<pre>${esc(st.message)}</pre>` +
-    st.tool_calls.map(c => `<div>tool call <code>${esc(c.function_name)}</code>` +
-      `<pre>${esc(JSON.stringify(c.arguments, null, 1))}</pre></div>`).join("") +
-    st.results.map(r => `<div>result<pre>${esc(r.content)}</pre></div>`).join("") + `</div>`).join("");
-  document.getElementById("detail").innerHTML = h;
-  document.getElementById("detail").classList.remove("muted");
-  for (const tr of document.querySelectorAll("tr.row")) tr.classList.toggle("sel", tr.dataset.id === id);
-}
-document.getElementById("rbsel").onchange = e => { S.sel = e.target.value; listRollouts(); };
-document.getElementById("rbf").onclick = e => { if (e.target.dataset.filter) { S.filter = e.target.dataset.filter; listRollouts(); } };
-document.getElementById("rblist").onclick = e => { const tr = e.target.closest("tr.row"); if (tr) openRollout(tr.dataset.run, tr.dataset.id); };
-// ---- polling: new metrics lines only; the runs list and guard counts less often
-async function poll() {
-  try {
-    if (S.tick % 5 === 0) S.runs = await get("api/runs");
-    let changed = false;
-    for (const r of S.runs) {
-      const d = await get(`api/metrics?run=${r.id}&after=${d0(r.id)}`);
-      if (d.reset) { S.lines[r.id] = []; S.after[r.id] = 0; changed = true; continue; }
-      if (d.lines.length) { (S.lines[r.id] = S.lines[r.id] || []).push(...d.lines); changed = true; }
-      S.after[r.id] = d.next;
-      if (S.tick % 3 === 0) { S.guard[r.id] = await get(`api/guard?run=${r.id}`); changed = true; }
-    }
-    if (changed || S.tick === 0) { draw(); drawRuns(); }
-    await listRollouts();
-    document.getElementById("err").textContent = "";
-  } catch (e) { document.getElementById("err").textContent = `dashboard: ${e.message} (retrying)`; }
-  S.tick++;
-  setTimeout(poll, 2000);
-}
-const d0 = id => S.after[id] || 0;
-poll();
-</script></body></html>"""
 
 
 if __name__ == "__main__":
