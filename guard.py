@@ -86,7 +86,6 @@ class Guard:
     def session(self):
         return Session(self)
 
-
     def check(self, call, tools, messages):
         return self.session().check(call, tools, messages)
 
@@ -359,9 +358,8 @@ def scan(paths, guard=None):
     out = []
     for path in paths:
         try:
-            with open(path) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError, UnicodeDecodeError):
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError):                   # UnicodeDecodeError is a ValueError
             continue
         if not (isinstance(doc, dict) and str(doc.get("schema_version", "")).startswith("ATIF")):
             continue
@@ -445,13 +443,12 @@ def main(argv=None):
     tab = table(results)
     for trainer, per in sorted(tab.items()):
         versions = sorted(per, key=lambda v: (v is None, v if isinstance(v, int) else 0))
-        rules = sorted({k for row in per.values() for k in row["rules"]})
         print(f"{trainer}: {sum(r['rollouts'] for r in per.values())} trajectories")
         print(f"  {'adapter version':<20}" + "".join(f"{str(v):>6}" for v in versions))
         for label, key in (("rollouts", "rollouts"), ("attempted", "attempted"),
                            ("  and rewarded", "rewarded_attempts")):
             print(f"  {label:<20}" + "".join(f"{per[v][key]:>6}" for v in versions))
-        for rule in rules:
+        for rule in sorted({k for row in per.values() for k in row["rules"]}):
             print(f"  {rule:<20}" + "".join(f"{per[v]['rules'].get(rule, 0):>6}" for v in versions))
     for r in results:
         for step, name, rule, args in r["fired"]:

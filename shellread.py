@@ -120,7 +120,7 @@ def analyze(name, args):
         elif writer and k in CONTENT_KEYS:
             texts.append(v)
             if k in ("patch", "diff"):
-                _Shell(f, cwd).diff_paths(v)
+                _Shell(f, cwd).write(diff_files(v), "edit", v)
         else:
             f.words.append(v)
     f.texts.extend((paths[0] if paths else None, cwd, t[:MAX_TEXT]) for t in texts)
@@ -244,7 +244,8 @@ class _Shell:
         j = _balanced(s, i) if opener == "$(" else s.find("`", i) % (len(s) + 1)    # unclosed: to the end
         sh = self.child()
         sh.run(s[i:j])
-        return _known(sh.out), j + 1
+        # an unknown output is ** (read like a glob, and told apart from one: nobody globs solu**tion)
+        return (sh.out.strip() if sh.out is not None else "**"), j + 1
 
     def command(self, argv, redirs, stdin, prev):
         """One simple command; returns what it prints when that is known (echo, printf, cat of a heredoc)."""
@@ -342,7 +343,7 @@ class _Shell:
             pos = [a for a in pos if a != diff]
             self.write(pos[:1], "edit")
             f.applies.extend((d, self.cwd) for d in [diff] + pos[1:2] + [t for op, t in redirs if op == "<"] if d)
-            self.diff_paths(stdin or prev or "")
+            self.write(diff_files(stdin or prev or ""), "edit", stdin or prev)
         elif name == "find":
             self.find(args)
         elif name == "xargs":                           # its arguments come from the previous stage
@@ -434,9 +435,6 @@ class _Shell:
             if text:
                 self.f.texts.append((p, self.cwd, text))
 
-    def diff_paths(self, text):
-        self.write(diff_files(text), "edit", text)
-
     def find(self, args):
         roots = args[:next((j for j, a in enumerate(args) if a.startswith(("-", "(", "!"))), len(args))] or ["."]
         pats = [args[j + 1] for j in range(len(args) - 1) if args[j] in ("-name", "-iname", "-path", "-ipath")]
@@ -487,7 +485,7 @@ class _Shell:
             self.write(pos[:-1], "del")
             self.write(pos[-1:], "new")
         elif sub in ("apply", "am"):
-            self.diff_paths(stdin or "")
+            self.write(diff_files(stdin or ""), "edit", stdin)
             f.applies.extend((a, self.cwd) for a in pos)
         elif sub in ("credential", "credential-store") or (sub == "config" and any("credential" in a for a in rest)):
             f.hits.add("credentials")
@@ -554,12 +552,6 @@ def diff_files(text):
     return [p.strip() for p in names if p.strip() != "/dev/null"]
 
 
-def _known(out):
-    """What a $(..) adds to its word: its output when known, else ** (an unknown part: read like a glob, and
-    told apart from one: nobody globs solu**tion)."""
-    return out.strip() if out is not None else "**"
-
-
 def _balanced(s, i):
     """Index of the ')' that closes a '$(' ending just before s[i], honouring quotes and nesting."""
     depth, n = 1, len(s)
@@ -570,10 +562,9 @@ def _balanced(s, i):
         elif c == "'":
             i = n if s.find("'", i + 1) < 0 else s.find("'", i + 1)
         elif c == '"':
-            j = i + 1
-            while j < n and s[j] != '"':
-                j += 2 if s[j] == "\\" else 1
-            i = j
+            i += 1
+            while i < n and s[i] != '"':
+                i += 2 if s[i] == "\\" else 1
         elif c in "()":
             depth += 1 if c == "(" else -1
             if depth == 0:
