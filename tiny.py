@@ -221,7 +221,6 @@ def write_tiny_tokenizer(dir, model_type: str) -> dict:
             "pad_token_id": ids["pad"]}
 
 
-
 # ----------------------------------------------------------------------------- tiny checkpoints
 
 TINY = dict(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -276,8 +275,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
     from safetensors.torch import save_file
 
     d = Path(dir)
-    d.mkdir(parents=True, exist_ok=True)
-    tok = write_tiny_tokenizer(d, model_type)
+    tok = write_tiny_tokenizer(d, model_type)      # (creates d)
     cfg_d = tiny_config(model_type, vocab_size=tok["vocab_size"], bos_token_id=tok["bos_token_id"],
                         eos_token_id=tok["eos_token_id"], pad_token_id=tok["pad_token_id"], **config_overrides)
     cfg = C.parse_config(cfg_d)
@@ -295,7 +293,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
 
 
 def _tiny_init(k, shape, g, embed=0.3):
-    if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
+    if k.endswith("norm.weight"):      # (layernorm.weight too)
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
     if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
         # (a tied LFM2's last token's own logit grows as embed * hidden_size: at 0.3 and 128 wide it repeats that
