@@ -127,8 +127,7 @@ _XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.S)
 
 
 def _xml_value(value: str, schema: dict):
-    value = value[1:] if value.startswith("\n") else value
-    value = value[:-1] if value.endswith("\n") else value
+    value = value.removeprefix("\n").removesuffix("\n")
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
     if value == "null" and "null" in kinds:
@@ -235,7 +234,7 @@ def tools_as_text(messages: list[dict], tools: list[dict] | None) -> list[dict]:
     """The conversation for a template that ignores tools, in the format `parse(..., "json")` reads back: tools in
     the system message, calls as `<tool_call>` JSON in the assistant's text, consecutive results as one user turn of
     `<tool_response>` blocks (as Qwen's template does). `messages` must be `_prepare`d (arguments as dicts)."""
-    out = []
+    out, after_tool = [], False
     for m in messages:
         role, content = m.get("role"), _text(m.get("content"))
         if role == "assistant" and m.get("tool_calls"):
@@ -246,14 +245,13 @@ def tools_as_text(messages: list[dict], tools: list[dict] | None) -> list[dict]:
             out.append({"role": "assistant", "content": content})
         elif role == "tool":
             block = f"<tool_response>\n{content}\n</tool_response>"
-            if out and out[-1].get("tool_results"):
+            if after_tool:
                 out[-1]["content"] += "\n" + block
             else:
-                out.append({"role": "user", "content": block, "tool_results": True})
+                out.append({"role": "user", "content": block})
         else:
             out.append({**m, "content": content})
-    for m in out:
-        m.pop("tool_results", None)
+        after_tool = role == "tool"
     if tools:
         listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
         prompt = TOOLS_PROMPT.format(tools=listed, example=_example_call(tools))
@@ -298,10 +296,8 @@ class ChatFormat:
                 template = {t["name"]: t["template"] for t in template}.get("default")
             if not isinstance(template, str):
                 raise FileNotFoundError(f"{template_file}: no chat template (nor a 'chat_template' in {config_file})")
-        special = {}
-        for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
-            value = config.get(key)
-            special[key] = value.get("content") if isinstance(value, dict) else value
+        names = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+        special = {k: v.get("content") if isinstance(v, dict) else v for k, v in config.items() if k in names}
         model_config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
         eos_ids = []
         for file in (path / "generation_config.json", path / "config.json"):

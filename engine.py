@@ -49,7 +49,6 @@ class Request:
     events: asyncio.Queue | None = None     # ("token", id, logprob) ... ("done", finish_reason)
     loop: asyncio.AbstractEventLoop | None = None
     gen: torch.Generator | None = None
-    text: str = ""
     cancelled: bool = False                 # its client went away: the engine drops it at the next step
 
     def emit(self, *event):
@@ -191,13 +190,13 @@ class Engine:
             self.prompt_hits += 1
         else:
             try:
-                L.set_adapter(self.model, req.adapter) if hasattr(self.model, "lora_routing") else None
+                L.set_adapter(self.model, req.adapter)
                 cache, logits = self._compute(key, len(req.prompt_ids))   # decode room: the batch's slots
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return
             self._remember(key, cache, logits)
-        if self._accept(req, logits):
+        if self._accept(req, logits, bool(torch.isfinite(logits).all())):
             self.cache.extend(cache)
             self.active.append(req)
 
@@ -266,31 +265,29 @@ class Engine:
         rows = [r.adapter for r in self.active]
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
         try:
-            if hasattr(self.model, "lora_routing"):
-                L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
+            L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
             # one copy to the host for the whole batch: on a GPU one sync a step, not one per row in sample()
             logits = self.model(toks, cache=self.cache)[:, -1].float().cpu()
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")
             return
         finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
-        keep = [i for i, r in enumerate(self.active) if self._accept(r, logits[i], finite[i])]
-        if len(keep) < len(self.active):
+        gone = [i for i, r in enumerate(self.active) if not self._accept(r, logits[i], finite[i])]
+        if gone:
             # finished rows free their slots and the last rows move into them (a row copy each): reorder likewise
-            kept = set(keep)
-            order = self.cache.remove([i for i in range(len(self.active)) if i not in kept])
+            order = self.cache.remove(gone)
             self.active = [self.active[i] for i in order]
         if not self.active:     # idle: give the slots back (the next batch regrows them by doubling)
             self.cache = self.model.new_cache(0)
 
-    def _accept(self, req: Request, logits, finite=None) -> bool:
+    def _accept(self, req: Request, logits, finite: bool) -> bool:
         """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose
         logits are not finite (a diverged adapter) or whose sampling fails ends here, alone."""
         if req.cancelled:
             req.finish_reason = "abort"
             req.emit("done", "abort")
             return False
-        if not (finite if finite is not None else bool(torch.isfinite(logits).all())):
+        if not finite:
             req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "
                               "inf weights?)")
             return False
@@ -301,15 +298,11 @@ class Engine:
             return False
         req.out_ids.append(tok)
         req.out_lps.append(lp)
-        reason = None
-        if tok in req.stop_ids:
+        text = self.fmt.decode(req.out_ids) if req.stop and tok not in req.stop_ids else ""
+        if tok in req.stop_ids or any(s in text for s in req.stop):
             reason = "stop"
-        elif req.stop:
-            req.text = self.fmt.decode(req.out_ids)
-            if any(s in req.text for s in req.stop):
-                reason = "stop"
-        if reason is None and len(req.out_ids) >= req.max_tokens:
-            reason = "length"
+        else:
+            reason = "length" if len(req.out_ids) >= req.max_tokens else None
         req.emit("token", tok, lp)
         if reason:
             req.finish_reason = reason

@@ -45,7 +45,13 @@ COMPLETION_FIELDS.update(prompt=(list, str), echo=(bool, type(None)))
 SAMPLING_EPS = 1e-5      # vLLM's _SAMPLING_EPS: a temperature below it means greedy
 
 
-def _check_fields(body, allowed, what):
+async def _json(request, allowed, what):
+    try:
+        body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestError(f"{what}: request body exceeds {MAX_BODY} bytes") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"{what}: body is not valid JSON ({e})") from None
     if not isinstance(body, dict):
         raise RequestError(f"{what}: the body must be a JSON object")
     for k, v in body.items():
@@ -54,16 +60,6 @@ def _check_fields(body, allowed, what):
         t = allowed[k] if isinstance(allowed[k], tuple) else (allowed[k],)
         if not isinstance(v, t) or (isinstance(v, bool) and bool not in t):     # True is an int to isinstance
             raise RequestError(f"{what}: field '{k}' has the wrong type ({type(v).__name__})")
-
-
-async def _json(request, allowed, what):
-    try:
-        body = await request.json()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestError(f"{what}: request body exceeds {MAX_BODY} bytes") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RequestError(f"{what}: body is not valid JSON ({e})") from None
-    _check_fields(body, allowed, what)
     return body
 
 
@@ -210,14 +206,14 @@ class Server:
         # omitted temperature, top_p: the OpenAI API's 1 (vLLM's too), not the recipe's (the proxy sends that)
         return Request(list(prompt_ids), self._adapter(body.get("model")), max_tokens,
                        1.0 if t is None else float(t), 1.0 if p is None else float(p), max(k or 0, 0),
-                       body.get("seed"), stop, set(self.fmt.eos_token_ids))
+                       seed, stop, set(self.fmt.eos_token_ids))
 
-    async def _run(self, req, request=None):
+    async def _run(self, req, request):
         """Wait for a request's tokens; yields ('token', id, lp) events, then ('done', reason). If the HTTP
         client of `request` goes away, the engine stops decoding it (aiohttp does not cancel the handler)."""
         self.engine.submit(req)
         while True:
-            if request is not None and (request.transport is None or request.transport.is_closing()):
+            if request.transport is None or request.transport.is_closing():
                 req.cancelled = True
             try:
                 ev = await asyncio.wait_for(req.events.get(), 1.0)

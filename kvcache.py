@@ -13,11 +13,11 @@ import torch.nn.functional as F
 
 
 def _grow(c, n, dim):
-    """c zero-padded to n along dim (0: row slots, 2: positions)."""
+    """c zero-padded along dim (0: row slots, 2: positions) to hold n: to n or to twice its size, the larger."""
     if c.shape[dim] >= n:
         return c
     pad = list(c.shape)
-    pad[dim] = n - c.shape[dim]
+    pad[dim] = max(n, 2 * c.shape[dim]) - c.shape[dim]
     return torch.cat([c, c.new_zeros(pad)], dim)
 
 
@@ -47,9 +47,8 @@ class Cache:
             self.kv = {i: tuple(_grow(t, self.slots, 0) for t in kv) for i, kv in self.kv.items()}
             self.state = {i: _grow(s, self.slots, 0) for i, s in self.state.items()}
         for i, (kc, vc) in self.kv.items():
-            if n > kc.shape[2]:
-                kc, vc = self.kv[i] = (_grow(kc, max(n, 2 * kc.shape[2]), 2), _grow(vc, max(n, 2 * vc.shape[2]), 2))
-                self.cap = max(self.cap, kc.shape[2])
+            kc, vc = self.kv[i] = (_grow(kc, n, 2), _grow(vc, n, 2))
+            self.cap = max(self.cap, kc.shape[2])
             for t, o in ((kc, other.kv[i][0]), (vc, other.kv[i][1])):
                 t[B:B + ob, :, :n] = o[:ob, :, :n]
                 # a freed slot keeps its last row's values past n: masked, but a NaN there (a diverged adapter)
@@ -85,11 +84,8 @@ class Cache:
         N, h, D = q.shape
         T = N // B
         need = int(self.lengths.max()) + T
-        kc, vc = self.kv[layer]
-        if need > kc.shape[2]:
-            cap = max(need, 2 * kc.shape[2])
-            kc, vc = self.kv[layer] = (_grow(kc, cap, 2), _grow(vc, cap, 2))
-            self.cap = max(self.cap, cap)
+        kc, vc = self.kv[layer] = tuple(_grow(t, need, 2) for t in self.kv[layer])
+        self.cap = max(self.cap, kc.shape[2])
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         if T == 1:      # decode: every row's new K/V in one indexed write, not B small copies
             rows, pos = torch.arange(B, device=kc.device), self.lengths.to(kc.device)

@@ -64,8 +64,6 @@ def new_key():
     return "hrl-" + secrets.token_urlsafe(32)
 
 
-
-
 def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
     """(GPUs vLLM serves on, GPUs that train, the fraction of its GPUs vLLM may take), as device indices. The recipe's
     count splits in half, the server's half first with the odd one; on a GPU both share vLLM takes at most half.
@@ -295,11 +293,6 @@ class Client:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = None
 
-    async def session(self):
-        if self._session is None or self._session.closed:
-            self._session = ClientSession(timeout=self.timeout, headers=self.headers)
-        return self._session
-
     async def close(self):
         if self._session is not None:
             await self._session.close()
@@ -309,8 +302,9 @@ class Client:
         failed before any reply (a keep-alive connection the server had closed: "Can not write request body")."""
         for attempt in range(retries + resend + 1):
             try:
-                s = await self.session()
-                async with s.post(self.url + path, json=body) as r:
+                if self._session is None or self._session.closed:
+                    self._session = ClientSession(timeout=self.timeout, headers=self.headers)
+                async with self._session.post(self.url + path, json=body) as r:
                     text = await r.text()
                     if r.status == 200:
                         return json.loads(text) if r.content_type == "application/json" else text
@@ -333,8 +327,3 @@ class Client:
 
     async def unload_adapter(self, name, retries=3):
         return await self.post("/v1/unload_lora_adapter", {"lora_name": name}, retries)
-
-    async def models(self):
-        s = await self.session()
-        async with s.get(self.url + "/v1/models") as r:
-            return await r.json()
