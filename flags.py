@@ -96,15 +96,13 @@ LIMITS = {k: kn.check for k, kn in KNOBS.items() if kn.check} | {
     "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)")}
 
 
-def _default(k, shared, recipes):
-    """'default X' plus each recipe row that sets its own value ('tiny: 24, ...')."""
-    rows = ", ".join(f"{r} {row[k]}" for r, row in recipes.items() if k in row)
-    base = f"default {shared[k]}" if k in shared else "default: per recipe"
-    return f"({base}{'; ' + rows if rows else ''})"
-
-
 def parse_args(argv=None, *, shared, recipes, doc):
-    _d = lambda k: _default(k, shared, recipes)     # noqa: E731
+    def _d(k):
+        """'default X' plus each recipe row that sets its own value ('tiny: 24, ...')."""
+        rows = ", ".join(f"{r} {row[k]}" for r, row in recipes.items() if k in row)
+        base = f"default {shared[k]}" if k in shared else "default: per recipe"
+        return f"({base}{'; ' + rows if rows else ''})"
+
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help=f"one of {', '.join(recipes)}, a HF repo id, a checkpoint folder or a .gguf file")
     ap.add_argument("--recipe", help="recipe row for a --model given as a path (default: LFM3-1.7B)")
@@ -137,14 +135,11 @@ def parse_args(argv=None, *, shared, recipes, doc):
                          "default: the row's warm start, tiny's)")
     for k, knob in KNOBS.items():
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
+        # --loss lists its names, each with its help, as registered in grpo.py (a loss added there shows here)
+        names = "".join(f"; {n}: {o.help}" for n, o in G.LOSSES.items()) if k == "loss" else ""
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
-                        help=f"{knob.help}{_registry(k)} {_d(k)}")
+                        help=f"{knob.help}{names} {_d(k)}")
     return ap.parse_args(argv)
-
-
-def _registry(k):
-    """The names --loss takes, each with its help, as registered in grpo.py (a loss added there shows here)."""
-    return "".join(f"; {n}: {o.help}" for n, o in G.LOSSES.items()) if k == "loss" else ""
 
 
 def effective_config(args, *, shared, recipes) -> dict:
@@ -157,8 +152,7 @@ def effective_config(args, *, shared, recipes) -> dict:
         given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
         if given.pop("no_warm_start", None) and cfg.get("warm_start"):
             raise SystemExit("train.py: --resume cannot change --no-warm-start: the run started from its agentic base")
-        refused = sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k))
-        if refused:
+        if refused := sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k)):
             flags = lambda ks: ", ".join("--" + k.replace("_", "-") for k in ks)     # noqa: E731
             raise SystemExit(f"train.py: --resume cannot change {flags(refused)} (the checkpoint was trained with the "
                              f"run's own values); it can change {flags(RESUME_OVERRIDES)}. Start a new run for others.")

@@ -66,11 +66,8 @@ def estimator(name):
 @estimator("group")
 def group_normalized(groups):
     """GRPO's: (r - mean) / std within each group (group_advantages); a group without signal trains on nothing."""
-    out = []
-    for rewards in groups:
-        adv, signal = group_advantages(rewards)
-        out.append(adv if signal else [None] * len(rewards))
-    return out
+    out = [group_advantages(rewards) for rewards in groups]
+    return [adv if signal else [None] * len(adv) for adv, signal in out]
 
 
 # ----------------------------------------------------------------------------- turns -> sequences
@@ -101,23 +98,16 @@ def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
         if len(t.logprobs) != len(t.completion_ids):
             raise ValueError(f"rollout {rollout}: turn has {len(t.completion_ids)} completion ids but "
                              f"{len(t.logprobs)} logprobs")
-        target = None
-        for s in reversed(seqs):          # the most recent sequence first; then older ones (sub-agent forks)
-            n = len(s.tokens)
-            if len(t.prompt_ids) >= n and t.prompt_ids[:n] == s.tokens:
-                target = s
-                break
+        # the most recent sequence first; then older ones (sub-agent forks)
+        target = next((s for s in reversed(seqs) if t.prompt_ids[:len(s.tokens)] == s.tokens), None)
         if target is None:
-            n = len(t.prompt_ids)
-            seqs.append(Sequence(list(t.prompt_ids), [0] * n, [0.0] * n, advantage, start, rollout,
-                                 versions=[t.version] * n))
-            target = seqs[-1]
-        else:
-            ext = t.prompt_ids[len(target.tokens):]
-            target.tokens += ext
-            target.mask += [0] * len(ext)
-            target.old_logp += [0.0] * len(ext)
-            target.versions += [t.version] * len(ext)
+            target = Sequence([], [], [], advantage, start, rollout)
+            seqs.append(target)
+        ext = t.prompt_ids[len(target.tokens):]
+        target.tokens += ext
+        target.mask += [0] * len(ext)
+        target.old_logp += [0.0] * len(ext)
+        target.versions += [t.version] * len(ext)
         target.tokens += t.completion_ids
         target.mask += [1] * len(t.completion_ids)
         target.old_logp += [float(x) for x in t.logprobs]
@@ -204,9 +194,6 @@ def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packe
             out.truncated_tokens += n - cap
             s = Sequence(s.tokens[:cap + 1], s.mask[:cap + 1], s.old_logp[:cap + 1], s.advantage, s.start_version,
                          s.rollout, s.turns, s.versions[:cap + 1])
-            if not any(s.mask[1:]):
-                out.dropped += 1
-                continue
             n = cap
         if n < 1 or not any(s.mask[1:]):
             out.dropped += 1
@@ -241,12 +228,7 @@ def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packe
         else:
             out.waiting.append(s)
     rows = _balance([t[1] for t in trees], micro_batches, cap) or placed
-    if out.waiting:                       # keep the queue's order among waiting sequences
-        pos = {id(s): k for k, (_, s) in enumerate(ready)}
-        out.waiting.sort(key=lambda s: pos.get(id(s), -1))
-    for idx in rows:
-        if idx:
-            out.micro_batches.append(_row([trees[i][2] for i in sorted(idx)]))
+    out.micro_batches = [_row([trees[i][2] for i in sorted(idx)]) for idx in rows if idx]
     out.tokens = sum(mb.num_tokens for mb in out.micro_batches)
     out.shared_tokens = sum(sum(mb.shared) for mb in out.micro_batches)
     out.loss_tokens = int(sum(mb.mask.sum().item() for mb in out.micro_batches))
@@ -389,14 +371,14 @@ def clip_objective(logp, old_logp, advantages, ratio, *, eps_low, eps_high, rati
     """max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high)); `ratio_cap` truncates r first (no gradient above it:
     bounds the A < 0 side, like dual-clip)."""
     r = torch.exp(logp - old_logp)
+    no_grad = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
+    trunc = torch.zeros_like(no_grad)
     if ratio_cap is not None:
         r = r.clamp(max=ratio_cap)
-    no_grad = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
-    if ratio_cap is not None:
-        no_grad |= ratio > ratio_cap
+        trunc = ratio > ratio_cap
+        no_grad |= trunc
     return torch.maximum(-advantages * r, -advantages * r.clamp(1 - eps_low, 1 + eps_high)), {
-        "clip_frac": no_grad, "trunc_frac": ratio > ratio_cap if ratio_cap is not None else torch.zeros_like(no_grad),
-        "is_weight": r.detach()}
+        "clip_frac": no_grad, "trunc_frac": trunc, "is_weight": r.detach()}
 
 
 def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, beta, ref_logp=None, fresh=None,

@@ -78,7 +78,7 @@ def world():
 
 def broadcast(obj):
     """Rank 0's `obj` on every rank (pickled through the process group); `obj` itself in one process."""
-    if _rank_world()[1] == 1:
+    if world() == 1:
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
@@ -102,7 +102,7 @@ _busy = []      # lockstep work in progress on rank 0: a failure inside it leave
 def lockstep(what):
     """Rank 0 and the others are in the same collective code (a `call`, or building the wrapped model): if it
     raises, this rank is `broken` - the others cannot be told anything any more."""
-    if _busy and _rank_world()[1] > 1:
+    if broken():
         raise RuntimeError(f"{what}: an earlier collective ({_busy[0]}) failed half-way; no further one")
     _busy.append(what)
     yield
@@ -111,14 +111,14 @@ def lockstep(what):
 
 def broken():
     """True once lockstep work failed half-way on this rank (then: no collective, no `release`)."""
-    return bool(_busy) and _rank_world()[1] > 1
+    return bool(_busy) and world() > 1
 
 
 def call(method, *args):
     """On rank 0: run bound method(*args) (learner.update) on every rank - the others, in `follow`, get its object's
     `name`, the method and rank 0's args - and return rank 0's result. One process: a plain call."""
     with lockstep(method.__name__):
-        if _rank_world()[1] > 1:
+        if world() > 1:
             broadcast((method.__self__.name, method.__name__, args))
         return method(*args)
 
@@ -144,7 +144,7 @@ def release():
     half-way (the others are inside a collective): the caller exits non-zero and torchrun stops them."""
     if broken():
         return False
-    if _rank_world()[1] > 1:
+    if world() > 1:
         broadcast(None)
     return True
 
@@ -294,9 +294,7 @@ def _like(t, p):
     """Whole tensor t as parameter p holds it: p's slice of it when p is sharded (no communication: every
     rank has t), else t on p's device."""
     t = t.to(p.device)
-    if isinstance(p, DTensor):
-        return distribute_tensor(t, p.device_mesh, p.placements, src_data_rank=None)
-    return t
+    return distribute_tensor(t, p.device_mesh, p.placements, src_data_rank=None) if isinstance(p, DTensor) else t
 
 
 def load_whole(params, tensors, opt, opt_state):

@@ -64,8 +64,7 @@ def read_checkpoint(run_dir, names):
             continue
         try:
             st = torch.load(f, weights_only=False)
-            missing = [n for n in names if n not in st["trainers"]]
-            if missing:
+            if missing := [n for n in names if n not in st["trainers"]]:
                 raise ValueError(f"no state for trainer {', '.join(missing)}")
             return st, d
         except Exception as e:          # truncated, empty, not a checkpoint: try the one before
@@ -104,15 +103,14 @@ def trim_metrics(path, last):
 
 def progress(m):
     """The step's one line; its columns: docs/main-job.md, "The progress line"."""
-    f = lambda v, s="{:.3f}": "-" if v is None else s.format(v)  # noqa: E731
     why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
     shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
-    return (f"[{m['trainer']}] step {m['step']:>4} | reward {f(m['reward'])} pass {f(m['pass_rate'], '{:.0%}')} "
-            f"| tools {f(m['tool_calls'], '{:.1f}')} (solved {f(m.get('tool_calls_solved'), '{:.1f}')}) "
+    return (f"[{m['trainer']}] step {m['step']:>4} | reward {_f(m['reward'])} pass {_f(m['pass_rate'], '{:.0%}')} "
+            f"| tools {_f(m['tool_calls'], '{:.1f}')} (solved {_f(m.get('tool_calls_solved'), '{:.1f}')}) "
             f"blocks {m['blocked']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
             f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
-            f"| loss {f(m['loss'])} w {f(m.get('is_weight'), '{:.2f}')} cut {f(m.get('clip_frac'), '{:.2f}')} "
-            f"trunc {f(m.get('trunc_frac'), '{:.2f}')} mm {f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
+            f"| loss {_f(m['loss'])} w {_f(m.get('is_weight'), '{:.2f}')} cut {_f(m.get('clip_frac'), '{:.2f}')} "
+            f"trunc {_f(m.get('trunc_frac'), '{:.2f}')} mm {_f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
             f"| in flight {m['in_flight']}")
 
@@ -146,7 +144,7 @@ def summary(run_dir, trainers, seconds):
         print(f"  {name}: {steps} steps | reward first quarter {first:.3f} -> last quarter {last:.3f}"
               f"{f' ({last / first:.1f}x)' if first > 0 else ''} | pass {mean_or_none(ps[:k]) or 0:.0%} -> "
               f"{mean_or_none(ps[-k:]) or 0:.0%} | tool calls {mean_or_none(ts[:k]) or 0:.2f} -> "
-              f"{mean_or_none(ts[-k:]) or 0:.2f} (per solved rollout {_f(mean_or_none(solved))}) "
+              f"{mean_or_none(ts[-k:]) or 0:.2f} (per solved rollout {_f(mean_or_none(solved), '{:.2f}')}) "
               f"| ungraded {sum(m['ungraded'] for m in ms)} (server errors {lost}) "
               f"| gradient cut {cut or 0:.2f} of tokens (steps 2+)")
         print(f"    adapter {adapter}")
@@ -154,8 +152,8 @@ def summary(run_dir, trainers, seconds):
           f"checkpoint {run_dir / 'checkpoint'}")
 
 
-def _f(v):
-    return "-" if v is None else f"{v:.2f}"
+def _f(v, s="{:.3f}"):
+    return "-" if v is None else s.format(v)
 
 
 def mean_or_none(xs):
