@@ -84,8 +84,10 @@ class Cache:
         N, h, D = q.shape
         T = N // B
         need = int(self.lengths.max()) + T
-        kc, vc = self.kv[layer] = tuple(_grow(t, need, 2) for t in self.kv[layer])
-        self.cap = max(self.cap, kc.shape[2])
+        kc, vc = self.kv[layer]
+        if need > kc.shape[2]:      # (every decode step passes here: grow only when full)
+            kc, vc = self.kv[layer] = (_grow(kc, need, 2), _grow(vc, need, 2))
+            self.cap = max(self.cap, kc.shape[2])
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         if T == 1:      # decode: every row's new K/V in one indexed write, not B small copies
             rows, pos = torch.arange(B, device=kc.device), self.lengths.to(kc.device)

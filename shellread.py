@@ -120,7 +120,7 @@ def analyze(name, args):
         elif writer and k in CONTENT_KEYS:
             texts.append(v)
             if k in ("patch", "diff"):
-                _Shell(f, cwd).write(diff_files(v), "edit", v)
+                _Shell(f, cwd).diff_paths(v)
         else:
             f.words.append(v)
     f.texts.extend((paths[0] if paths else None, cwd, t[:MAX_TEXT]) for t in texts)
@@ -343,7 +343,7 @@ class _Shell:
             pos = [a for a in pos if a != diff]
             self.write(pos[:1], "edit")
             f.applies.extend((d, self.cwd) for d in [diff] + pos[1:2] + [t for op, t in redirs if op == "<"] if d)
-            self.write(diff_files(stdin or prev or ""), "edit", stdin or prev)
+            self.diff_paths(stdin or prev or "")
         elif name == "find":
             self.find(args)
         elif name == "xargs":                           # its arguments come from the previous stage
@@ -435,6 +435,10 @@ class _Shell:
             if text:
                 self.f.texts.append((p, self.cwd, text))
 
+    def diff_paths(self, text):
+        """A diff applied: each file it names is an edit (the diff kept as its text)."""
+        self.write(diff_files(text), "edit", text)
+
     def find(self, args):
         roots = args[:next((j for j, a in enumerate(args) if a.startswith(("-", "(", "!"))), len(args))] or ["."]
         pats = [args[j + 1] for j in range(len(args) - 1) if args[j] in ("-name", "-iname", "-path", "-ipath")]
@@ -485,7 +489,7 @@ class _Shell:
             self.write(pos[:-1], "del")
             self.write(pos[-1:], "new")
         elif sub in ("apply", "am"):
-            self.write(diff_files(stdin or ""), "edit", stdin)
+            self.diff_paths(stdin or "")
             f.applies.extend((a, self.cwd) for a in pos)
         elif sub in ("credential", "credential-store") or (sub == "config" and any("credential" in a for a in rest)):
             f.hits.add("credentials")
