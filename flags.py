@@ -50,7 +50,10 @@ class Knob:
 
 KNOBS = {
     "steps": Knob("optimizer steps per trainer", _int(1), resume=True),
-    "sessions": Knob("concurrent rollouts per trainer", _int(1)),
+    "sessions": Knob("concurrent rollouts per trainer (at most: see --fit)", _int(1)),
+    "fit": Knob("on: fewer sessions while the machine's cores or memory cannot run --sessions (rollout.Fit, measured "
+                "as the run goes; the progress line says cpu-bound); off: --sessions exactly", _one_of("on", "off"),
+                resume=True),
     "token_budget": Knob("trained tokens per step (packed into --micro-batches rows)", _int(16)),
     "rank": Knob("LoRA rank (every linear)", _int(1)),
     "alpha": Knob("LoRA alpha (scale alpha / rank)", _num(0, lo_open=True)),

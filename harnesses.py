@@ -82,8 +82,11 @@ def _size(path: Path) -> int:
 
 
 class Harness:
-    """What every harness shares: the cached install, the minimal environment, exit-code success."""
+    """What every harness shares: the cached install, the minimal environment, exit-code success. cost: what a
+    session's own processes take, (CPU seconds to start, MiB peak RSS), measured by `bench/rollout.py --only c`
+    (2-core CPU); the rollout pools start from it (rollout.Fit), then measure."""
     name = release = package = ""   # release: the pinned version of the harness package
+    cost = (1.0, 256)
 
     def __init__(self):
         self.root = None         # the install directory, once install() ran (else the default location)
@@ -180,6 +183,7 @@ def _find_python(lo=(3, 11), hi=(3, 14)) -> str:
 
 class Pi(Harness):
     name, release, package = "pi", "0.73.1", "@mariozechner/pi-coding-agent"
+    cost = (2.4, 205)
 
     def install_commands(self, root):
         return _npm_install(self.package, self.release, root, node_min=(20, 6))
@@ -211,6 +215,7 @@ class OpenCode(Harness):
     """A failed request is retried 5 times (backoff 2, 4, 8, 16, 32 s) whatever the config, for 5xx and any
     error text matching its "server error" patterns; a `retry-after-ms` header sets the delay instead."""
     name, release, package = "opencode", "1.18.33", "opencode-ai"
+    cost = (9.1, 683)
     PLUGIN = {"@opencode-ai/plugin": "*"}   # pre-seeded so that it does not npm-install it on a fresh HOME
 
     def install_commands(self, root):
@@ -249,6 +254,7 @@ class OpenCode(Harness):
 
 class Hermes(Harness):
     name, release, package = "hermes", "0.19.0", "hermes-agent"
+    cost = (5.0, 105)        # RSS: its process (shared/harnesses.md); the bench's machine-wide peak read 66
     USAGE = "hermes-usage.json"      # in the sandbox tmp
     MIN_CONTEXT = 64000              # hermes refuses a smaller context_length
 
@@ -304,6 +310,7 @@ class Hermes(Harness):
 class Mini(Harness):
     """The built-in agent mini.py, run as a subprocess like any other harness: nothing to install (stdlib only)."""
     name, release, package = "mini", "1", "mini.py"
+    cost = (0.3, 67)
     FILE = Path(__file__).resolve().parent / "mini.py"
 
     def install(self, cache_dir=None, quiet=False):

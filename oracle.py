@@ -23,6 +23,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+import pool as PL
 import rollout as R
 import sandbox as SB
 import servers as SV
@@ -296,9 +297,10 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     client = SV.Client(handle.url, handle.api_key)
     proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens}, guard=not cheat)
     it, done = iter(tasks), []
-    pool = R.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
+    pool = PL.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
                          max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,
-                         sandbox=sandbox, rollouts_dir=Path(out) / "rollouts", name="oracle")
+                         sandbox=sandbox, rollouts_dir=Path(out) / "rollouts", name="oracle",
+                         fit=PL.Fit.machine(model_idle=True))     # opencode: fewer sessions than asked
     try:
         await proxy.start()
         pool.start()

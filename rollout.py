@@ -1,14 +1,15 @@
-"""Rollouts inside real harnesses: the guard proxy, per-rollout sandboxes, and the pool of sessions.
+"""Rollouts inside real harnesses: the guard proxy, one rollout in its sandbox, its ATIF trajectory.
 
 `Proxy`: each rollout has its own base URL `/r/<id>/v1` and secret; every tool call in an answer passes the guard
 (a blocked one becomes a text note, reward 0); each turn is recorded exactly as the server returned it (requests
 without tools are answered, not trained on). `run_rollout`: a fresh sandbox, the harness, then the verifier; a crash,
 a server error or a timeout before any model reply leaves the rollout ungraded (score None), a later timeout is
-graded as the work dir was left (Harbor's rule). `RolloutPool`: up to `max_sessions` rollouts, in groups of
-`group_size`, each group queued once complete. A no-network task's agent gets its own network namespace (relay.py).
+graded as the work dir was left (Harbor's rule); the agent timeout counts the agent's own time, not the time its
+requests wait at the model server. A no-network task's agent gets its own network namespace (relay.py). The pool
+of concurrent rollouts: pool.py.
 
 Left out: a firewall for public / allowlist tasks (the guard's hosts rule; the server needs the key only the proxy
-holds), CPU/memory limits, containers, retries of failed rollouts (simply excluded), multi-node pools.
+holds), CPU/memory limits, containers.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harnes
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
 POLICY = "policy"
 MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
+AGENT_HOME, AGENT_TMP = "/home/agent", "/tmp/agent"      # HOME and TMPDIR as a sandboxed agent sees them
+WALL = 10                # a rollout's wall clock may reach 10x its agent timeout, waiting on the model included
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
@@ -79,8 +82,24 @@ class Rollout:
     reward: float | None = None        # set by the pool's reward function (train.py's), never here
     started: float = 0.0
     finished: float = 0.0
+    model_seconds: float = 0.0         # wall time with a model request out at the server (not the agent's own)
+    model_out: int = 0                 # requests out now, and since when
+    model_since: float = 0.0
     guard: object = None
     guard_context: dict = field(default_factory=dict)   # what its guard was built from: `guard.py scan` rebuilds it
+
+    def waiting_on_model(self, out: bool):
+        """A model request goes out (True) or comes back (False): overlapping requests count once."""
+        now = time.monotonic()
+        if out and not self.model_out:
+            self.model_since = now
+        self.model_out += 1 if out else -1
+        if not out and not self.model_out:
+            self.model_seconds += now - self.model_since
+
+    def model_time(self) -> float:
+        """Seconds so far with a model request out at the server (queueing and decoding there)."""
+        return self.model_seconds + (time.monotonic() - self.model_since if self.model_out else 0.0)
 
 
 # ----------------------------------------------------------------------------- the proxy
@@ -199,9 +218,11 @@ class Proxy:
         try:
             t_up = time.perf_counter()
             self.in_use[name] += 1      # taken in the same loop tick as adapter(): an unload cannot slip between
+            r.waiting_on_model(True)    # the agent's clock stops while its request is at the server
             try:
                 resp = await asyncio.wait_for(self.client.chat(req), self.timeout)
             finally:
+                r.waiting_on_model(False)
                 upstream[0] = time.perf_counter() - t_up
                 self.in_use[name] -= 1
                 if not self.in_use[name]:
@@ -304,9 +325,10 @@ def _read_reply(resp):
 # ----------------------------------------------------------------------------- one rollout
 
 async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, context, timeout=None, keep=False,
-                      sandbox="auto"):
+                      sandbox="auto", wall=WALL):
     """Run one rollout to the end: sandbox, harness, verifier. Never raises for the rollout's own failures (they go
-    to r.errors / r.failure / r.score None); the reward is the pool owner's to decide, once."""
+    to r.errors / r.failure / r.score None); the reward is the pool owner's to decide, once. timeout: the agent's
+    budget of its own seconds (default: the task's), `wall` x that in wall time at most (_agent_clock)."""
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
@@ -314,15 +336,19 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
-    seen = E.workdir(r.task, work) if sandbox == "bwrap" else str(work)     # a container task's WORKDIR: /app
-    proxy.register(r, seen, home, tmp, private=[root])
+    # where the agent sees its work dir, HOME and TMPDIR: in a sandbox the same paths in every rollout (harnesses put
+    # them in their system prompts and tool descriptions: one shared prefix for the server's prompt cache and for
+    # training)
+    seen = E.workdir(r.task, work) if sandbox == "bwrap" else str(work)
+    seen_home, seen_tmp = (AGENT_HOME, AGENT_TMP) if sandbox == "bwrap" else (str(home), str(tmp))
+    proxy.register(r, seen, seen_home, seen_tmp, private=[root])
     try:
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(E.materialize, r.task, work)
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
                         context=context)
-        launch = harness.launch(r.task.instruction, home, work, tmp, r.id, POLICY)
+        launch = harness.launch(r.task.instruction, seen_home, seen, seen_tmp, r.id, POLICY)
         argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
@@ -330,12 +356,13 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
-            mounts, offline = [(work, seen, True)], E.offline_task(r.task) and proxy.socket_dir
+            mounts = [(work, seen, True), (home, seen_home, True), (tmp, seen_tmp, True)]
+            offline = E.offline_task(r.task) and proxy.socket_dir
             if offline:     # its own network namespace: its socket comes in, relay.py serves it at the proxy's port
                 socket_server, path = await proxy.open_socket(r)
                 mounts.append((path, RELAY_SOCKET, True))
                 argv = [sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
-            argv = SB.bwrap_args([home, tmp], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
+            argv = SB.bwrap_args([], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
                                  network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
         else:
             env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
@@ -352,15 +379,13 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                 proc.stdin.write(launch.stdin)
                 await proc.stdin.drain()
                 proc.stdin.close()
-            try:
-                r.exit_code = await asyncio.wait_for(proc.wait(), timeout or r.task.agent_timeout)
-            except asyncio.TimeoutError:
-                r.timed_out = True
+            r.exit_code = await _agent_clock(r, proc, timeout or r.task.agent_timeout, wall)
         await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         # A timeout is the agent's spent budget, graded as the work dir was left with no reply (Harbor grades its
         # AgentTimeoutError too): a policy that loops earns its 0. Before any model reply it is the server's: ungraded.
-        spent = f"timed out after {timeout or r.task.agent_timeout}s"
+        spent = f"timed out after {timeout or r.task.agent_timeout:g}s of its own time" + (
+            f" ({r.model_time():.0f}s more waiting on the model)" if r.model_time() >= 1 else "")
         ok, why = (bool(r.turns), f"{spent} before any model reply") if r.timed_out else \
             await asyncio.to_thread(harness.succeeded, r.exit_code, home, tmp)
         if not ok:
@@ -393,6 +418,23 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if not keep:
             shutil.rmtree(box, ignore_errors=True)
     return r
+
+
+async def _agent_clock(r: Rollout, proc, budget, wall):
+    """Wait for the harness to exit; its exit code, or None with r.timed_out set once the agent has spent `budget`
+    seconds of its own time (the wall clock less the time its model requests were out at the server: queueing at a
+    loaded server is not the agent's) or `wall` x budget of wall time in all (a server that never answers)."""
+    exited, t0 = asyncio.ensure_future(proc.wait()), time.monotonic()
+    while True:
+        elapsed = time.monotonic() - t0
+        left = min(budget - (elapsed - r.model_time()), wall * budget - elapsed)
+        if left <= 0:
+            exited.cancel()
+            r.timed_out = True
+            return None
+        done, _ = await asyncio.wait({exited}, timeout=max(left, 0.05))
+        if done:
+            return exited.result()
 
 
 def _tail(path, n=400):
@@ -461,118 +503,3 @@ def _args(a):
         return v if isinstance(v, dict) else {"_": v}
     except json.JSONDecodeError:
         return {"_raw": a}
-
-
-# ----------------------------------------------------------------------------- the pool
-
-class StallError(RuntimeError):
-    """No graded group for --stall-timeout seconds; the message says what the rollouts since then failed on."""
-
-
-@dataclass
-class Group:
-    task: object
-    rollouts: list
-
-
-class RolloutPool:
-    """Keeps up to `max_sessions` rollouts of one harness running. next_task() -> the next task, or None at the end;
-    served() -> the adapter version new requests use (each rollout's start_version); reward(r) -> its r.reward, once.
-    Finished groups arrive complete on `self.groups` (an asyncio.Queue), in order of completion."""
-
-    def __init__(self, harness, proxy: Proxy, next_task, served, root, *, max_sessions, group_size, max_tokens,
-                 context, rollouts_dir=None, keep=False, sandbox="auto", timeout=None, reward=None, name=None):
-        self.harness, self.proxy, self.next_task, self.served = harness, proxy, next_task, served
-        self.name = name or harness.name
-        self.last_graded, self.ungraded_since = time.time(), []     # for the stall check (next_group)
-        self.reward = reward
-        self.root, self.max_sessions, self.group_size = Path(root), max_sessions, group_size
-        self.rollouts_dir, self.keep, self.sandbox = rollouts_dir, keep, sandbox
-        self.kw = {"max_tokens": max_tokens, "context": context, "timeout": timeout}
-        self.groups = asyncio.Queue()
-        self.slots = asyncio.Semaphore(max_sessions)
-        self.running, self.in_flight, self._tasks, self._scheduler = 0, 0, set(), None
-
-    def start(self):
-        self._scheduler = asyncio.create_task(self._schedule())
-
-    async def _schedule(self):
-        max_groups = -(-self.max_sessions // self.group_size) + 1
-        while True:
-            while self.in_flight >= max_groups:
-                await asyncio.sleep(0.05)
-            task = self.next_task()
-            if task is None:
-                return
-            self.in_flight += 1
-            gid = uuid.uuid4().hex[:8]
-            rollouts = [Rollout(task, self.harness.name, gid, i) for i in range(self.group_size)]
-            t = asyncio.create_task(self._group(task, rollouts))
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
-
-    async def _group(self, task, rollouts):
-        try:
-            await asyncio.gather(*(self._one(r) for r in rollouts))
-            await self.groups.put(Group(task, rollouts))
-        finally:
-            self.in_flight -= 1
-
-    async def _one(self, r):
-        async with self.slots:
-            self.running += 1
-            try:
-                r.start_version = self.served()
-                await run_rollout(r, self.harness, self.proxy, self.root, keep=self.keep, sandbox=self.sandbox,
-                                  **self.kw)
-            finally:
-                self.running -= 1
-        if self.reward is not None:
-            r.reward = self.reward(r)
-        if self.rollouts_dir:           # a write that fails (a full disk) is said, not fatal: the group still arrives
-            out = Path(self.rollouts_dir) / f"{r.start_version:05d}" / f"{r.id}.json"     # the version it began on
-            try:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(to_atif(r, self.harness.release), indent=1))
-            except OSError as e:
-                print(f"rollout {r.id}: could not write {out}: {e}", file=sys.stderr, flush=True)
-
-    async def next_group(self, stop, stall_timeout):
-        """The next finished group, or None once `stop` is set. Raises StallError, saying why, when no graded
-        group arrived for stall_timeout seconds (a run that cannot progress must not spin forever)."""
-        get = asyncio.ensure_future(self.groups.get())
-        halt = asyncio.ensure_future(stop.wait())
-        left = stall_timeout - (time.time() - self.last_graded)
-        done, _ = await asyncio.wait({get, halt}, timeout=max(left, 0.1), return_when=asyncio.FIRST_COMPLETED)
-        halt.cancel()
-        if get not in done:
-            get.cancel()
-            if halt in done:
-                return None
-            raise StallError(self.stall_reason(stall_timeout))
-        g = get.result()
-        if any(r.reward is not None for r in g.rollouts):
-            self.last_graded, self.ungraded_since = time.time(), []
-        else:
-            self.ungraded_since += g.rollouts
-        return g
-
-    def stall_reason(self, stall_timeout):
-        rs, head = self.ungraded_since, f"{self.name}: no graded group in {stall_timeout:g} s (--stall-timeout)"
-        if not rs:
-            return f"{head}, and no group finished at all ({self.running} rollouts still running): a hung server " \
-                   "or harness? See runs/<run>/rollouts and the server log; a slow setup needs a larger --stall-timeout"
-        why = collections.Counter(r.failure or "other" for r in rs)
-        zero = sum(not r.turns for r in rs)
-        first = next((r.errors[0] for r in rs if r.errors), "")
-        return (f"{head}: {len(rs)} rollouts since then, all ungraded ({', '.join(f'{k} {v}' for k, v in why.items())})"
-                + (f", {zero} with no model turn at all (does the prompt fit --context {self.kw['context']}?)"
-                   if zero else "") + (f"; first error: {first[:300]}" if first else ""))
-
-    async def stop(self):
-        """Cancel everything; every harness process group is killed by run_rollout's cleanup."""
-        if self._scheduler:
-            self._scheduler.cancel()
-        for t in list(self._tasks):
-            t.cancel()
-        await asyncio.gather(*self._tasks, *( [self._scheduler] if self._scheduler else []), return_exceptions=True)

@@ -12,6 +12,7 @@ Left out: building images (RUN, services, other users, the image's own tools, do
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -235,9 +236,20 @@ def refuse_dir(task, sandbox):
         raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
 
 
-def workdir(task, work) -> str:
-    """Where the agent sees its work dir: the container's WORKDIR, or its own path."""
-    return task.container.workdir or str(Path(work).resolve())
+def workdir(task, work, boxed=True) -> str:
+    """Where the agent sees its work dir: the container's WORKDIR; in a sandbox, DEFAULT_WORKDIR (the same path in
+    every rollout, so every rollout of a harness gets the same system prompt: one shared prefix at the server and in
+    training) unless the host shows something there; else its own path."""
+    return task.container.workdir or (DEFAULT_WORKDIR if boxed and not _host_shows(DEFAULT_WORKDIR) else
+                                      str(Path(work).resolve()))
+
+
+@functools.cache
+def _host_shows(path) -> bool:
+    """Whether a sandbox shows something from the host at or under `path` (this Python, node, the project, the
+    cache with the harness installs), or `path` lies in one of them: it cannot be a mount point then."""
+    return any(_inside(str(p), path) or _inside(path, str(p)) for p in
+               [*SB.tool_paths(), str(Path(__file__).resolve().parent), str(cache_root())])
 
 
 def offline_task(task) -> bool:
@@ -337,7 +349,7 @@ def run_oracle(task, work, timeout=None, sandbox="dir"):
         sol, home = Path(tmp) / "solution", Path(tmp) / "home"
         shutil.copytree(Path(task.path) / "solution", sol)
         home.mkdir()
-        work, wd = Path(work).resolve(), workdir(task, work)
+        work, wd = Path(work).resolve(), workdir(task, work, sandbox == "bwrap")
         at = HARBOR_PATHS["solution"] if sandbox == "bwrap" else str(sol)
         extra = resolve_env(task.config.get("solution", {}).get("env", {}), f"{task.path}/task.toml: [solution] env")
         env, theirs = base_env(home) | {"SOLUTION_DIR": at, "WORKDIR": wd}, task_env(task, extra)
@@ -405,7 +417,7 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
         boxed = sandbox == "bwrap"
         at = {"tests": str(tests), "logs": str(logs)} if not boxed else HARBOR_PATHS
         extra = resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
-        wd = workdir(task, work)
+        wd = workdir(task, work, boxed)
         env, theirs = base_env(tmp / "home") | {"WORKDIR": wd, "TESTS_DIR": at["tests"], "LOGS_DIR": at["logs"],
                                                 "AGENT_OUTPUT": str(tmp / "agent_output.txt")}, task_env(task, extra)
         work.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing

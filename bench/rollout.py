@@ -7,11 +7,15 @@
       offline settings) until its first chat request reaches the proxy, under --sandbox dir and under
       bubblewrap side by side (what isolation costs each rollout).
 
-    python bench/rollout.py [--sessions 48] [--requests 20] [--harnesses mini,pi,opencode,hermes]
+  (c) what a session costs: CPU seconds of its own processes (start-up + per turn) and peak memory, per harness,
+      against the numbers the pools start from (harnesses.Harness.cost; rollout.Fit then measures as it runs).
+
+    python bench/rollout.py [--sessions 48] [--requests 20] [--harnesses mini,pi,opencode,hermes] [--only a|b|c]
 """
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,9 +26,11 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harnesses as H  # noqa: E402
+import pool as PL  # noqa: E402
 import rollout as R  # noqa: E402
 import sandbox as SB  # noqa: E402
 import servers as SV  # noqa: E402
+import tiny  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -135,16 +141,71 @@ async def first_request(name, sandbox="dir"):
     return seen.get("t", float("nan")) - t0
 
 
+async def session_cost(name, samples=2, waste=4):
+    """(c): toy tasks played by the oracle agent through harness `name`, one session at a time, under the default
+    sandbox: CPU seconds of the session's own processes (harness, sandbox, verifier: pool.others_cpu, read between
+    sessions), fitted as start-up + per turn (least squares over the sessions), and the machine's peak memory in use
+    above its start (run it on an idle machine)."""
+    import oracle as O
+    import tasks as T
+    from chat import ChatFormat
+    tasks = T.load_tasks("toy") * samples
+    rows, mark = [], [None]
+
+    children = PL.others_cpu       # the machine's busy time less this process's (the oracle server's): keep it idle
+
+    def log(g):
+        now = children()
+        rows.append((len(g.rollouts[0].turns), now - mark[0]))
+        mark[0] = now
+    def used():
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) / 1024
+
+    async def watch(peak):
+        while True:
+            peak[0] = max(peak[0], used())
+            await asyncio.sleep(0.05)
+    with tempfile.TemporaryDirectory() as tmp:
+        fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
+        await asyncio.to_thread(H.get_harness(name).install, None, True)
+        base, peak = used(), [0.0]
+        watcher = asyncio.ensure_future(watch(peak))
+        mark[0] = children()
+        await O.record(tasks, H.get_harness(name), fmt, tmp, samples=1, sessions=1, max_tokens=4096, context=131072,
+                       waste=waste, log=log)
+        watcher.cancel()
+    n, sx, sy = len(rows), sum(t for t, _ in rows), sum(c for _, c in rows)
+    sxx, sxy = sum(t * t for t, _ in rows), sum(t * c for t, c in rows)
+    per_turn = (n * sxy - sx * sy) / (n * sxx - sx * sx) if n * sxx != sx * sx else 0.0
+    start = (sy - per_turn * sx) / n
+    return n, sy / n, start, per_turn, sx / n, peak[0] - base
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=48)
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--harnesses", default="mini,pi,opencode,hermes")
-    ap.add_argument("--only", choices=["a", "b"])
+    ap.add_argument("--only", choices=["a", "b", "c"])
+    ap.add_argument("--cost-of", help=argparse.SUPPRESS)      # (c) for one harness, in a process of its own
     args = ap.parse_args()
-    if args.only != "b":
+    if args.cost_of:
+        n, cpu, start, turn, turns, peak = asyncio.run(session_cost(args.cost_of))
+        print(f"    {args.cost_of:<10}{n:>9}{cpu:>8.2f}{start:>9.2f}{turn:>9.3f}{turns:>7.1f}{peak:>10.0f}"
+              f"{str(H.get_harness(args.cost_of).cost):>14}")
+        return
+    if args.only in (None, "a"):
         asyncio.run(overhead(args))
-    if args.only != "a":
+    if args.only in (None, "c"):
+        print("(c) what a session costs, per harness: toy tasks played by the oracle, one session at a time, under "
+              "the default sandbox (CPU of the session's own processes; compare harnesses.Harness.cost)")
+        print(f"    {'':<10}{'sessions':>9}{'CPU s':>8}{'start s':>9}{'per turn':>9}{'turns':>7}{'peak MiB':>10}"
+              f"{'cost now':>14}")
+        for name in args.harnesses.split(","):     # one process each
+            out = subprocess.run([sys.executable, __file__, "--cost-of", name], capture_output=True, text=True)
+            print(out.stdout.rstrip() or f"    {name:<10} unavailable: {out.stderr.strip()[-300:]}")
+    if args.only in (None, "b"):
         boxes = ["dir"] + (["bwrap"] if SB.bwrap_works()[0] else [])
         print("(b) start to first chat request, per harness (median of 3, alternating), seconds")
         print(f"    {'':<10}" + "".join(f"{b:>9}" for b in boxes) + ("    bwrap - dir" if len(boxes) == 2 else

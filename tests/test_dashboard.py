@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import dashboard as D
 import harnesses as H
+import pool as PL
 import rollout as R
 import servers as SV
 from conftest import free_port
@@ -413,7 +414,7 @@ async def blocked_rollout(tmp):
     proxy = R.Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
     await proxy.start()
     tasks = [make_task(tmp / "tasks")]
-    pool = R.RolloutPool(H.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
+    pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
                          tmp / "sandboxes", max_sessions=2, group_size=2, rollouts_dir=tmp / "run" / "rollouts" / "mini",
                          sandbox="dir", reward=rollout_reward(SHARED), **NUMBERS)
     pool.start()

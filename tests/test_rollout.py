@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,13 @@ from aiohttp import web
 import grpo as G
 import guard
 import harnesses as H
+import pool as PL
 import rollout as R
 import sandbox as SB
 import inference as S
 import servers as SV
 import tasks as T
+import taskenv as E
 import tiny
 from recipe import SHARED
 
@@ -102,7 +105,7 @@ class Upstream:
         return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True):
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=R.WALL):
     url = await upstream.start()
     client = SV.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
@@ -111,7 +114,8 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="aut
     harness = H.get_harness(harness_name)
     r = R.Rollout(task, harness_name, start_version=3)
     try:
-        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, **NUMBERS)
+        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, wall=wall,
+                            **NUMBERS)
     finally:
         await proxy.stop()
         await client.close()
@@ -121,7 +125,7 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="aut
 
 def gone(pid, grace=3.0):
     """No process left in the harness's process group (killed ones may take a moment to be reaped)."""
-    import time
+
     deadline = time.time() + grace
     while True:
         try:
@@ -182,10 +186,31 @@ def test_upstream_failure_leaves_the_rollout_ungraded(tmp_path, name):
 
 
 def test_hung_harness_is_killed_and_ungraded(tmp_path):
-    """The server never answered: not the policy's fault, so ungraded (a timeout after a reply is graded)."""
-    r = asyncio.run(one(tmp_path, "mini", Upstream(hang=True), timeout=3))
+    """The server never answered: not the policy's fault, so ungraded (a timeout after a reply is graded); the
+    wall clock ends it (wall x the agent timeout), as the agent's own clock stands still meanwhile."""
+    t0 = time.monotonic()
+    r = asyncio.run(one(tmp_path, "mini", Upstream(hang=True), timeout=2, wall=2))
     assert r.timed_out and r.score is None and r.failure == "timeout"
+    assert 4 <= time.monotonic() - t0 < 20 and r.model_time() >= 3
     assert gone(r.pid) and not (tmp_path / "sandboxes" / r.id).exists()
+
+
+def test_time_at_a_slow_server_is_not_the_agents(tmp_path):
+    """A rollout whose model requests were slow at the server (two replies of 2.5 s each, 5 s against a budget of
+    3 s of the agent's own time) is not timed out for them: it finishes and is graded in full."""
+    t0 = time.monotonic()
+    r = asyncio.run(one(tmp_path, "mini", SlowUpstream(2.5), timeout=3))
+    assert not r.timed_out and r.score == 1.0 and r.failure == ""
+    assert r.model_time() >= 5 and time.monotonic() - t0 >= 5
+
+
+def test_an_agent_whose_own_commands_overrun_is_timed_out(tmp_path):
+    """The same budget, a fast server, and a command of the agent's that runs 30 s: timed out on its own time,
+    graded as its work dir was left (no answer.txt: 0)."""
+    t0 = time.monotonic()
+    r = asyncio.run(one(tmp_path, "mini", Upstream(command="sleep 30"), timeout=3))
+    assert r.timed_out and r.score == 0.0 and r.failure == "" and r.reason.startswith("timed out after 3s")
+    assert 3 <= time.monotonic() - t0 < 15 and r.model_time() < 1
 
 
 def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
@@ -260,7 +285,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         proxy = R.Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         it = iter(task_list)
-        pool = R.RolloutPool(H.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
+        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
                              max_sessions=48, group_size=8, rollouts_dir=tmp_path / "rollouts", **NUMBERS)
         pool.start()
         groups = [await asyncio.wait_for(pool.groups.get(), 120) for _ in range(6)]
@@ -579,7 +604,8 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
         proxy = R.Proxy(SV.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
         await proxy.start()
         r = R.Rollout(task, name)
-        up.calls = cheat_calls(task.path, box / r.id / "work")
+        seen = E.workdir(task, box / r.id / "work", SB.resolve_sandbox(sandbox)[0] == "bwrap")   # as the agent sees it
+        up.calls = cheat_calls(task.path, seen)
         try:
             await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True, **NUMBERS)
         finally:
@@ -667,7 +693,7 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
             await up.runner.cleanup()
         return r
     r = asyncio.run(go())
-    import time
+
     tick = tmp_path / "sb" / r.id / "work" / "tick"
     assert r.timed_out and tick.exists()
     # the model had answered: the agent spent its budget, graded as the work dir was left (no answer.txt: 0)
@@ -799,7 +825,7 @@ def test_what_a_killed_owner_started_dies_with_it(tmp_path):
     Here the group's leader is gone and a grandchild lives on: the case no parent-death signal reaches (seen for real:
     a bwrap killed right after cloning its namespace's init left that init waiting forever)."""
     import subprocess
-    import time
+
     owner = (f"import subprocess, sys, time\nsys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
              "import sandbox as SB\n"
              "p = subprocess.Popen(['sh', '-c', 'sleep 300 & echo $!'], stdout=subprocess.PIPE, start_new_session=True)\n"
@@ -822,3 +848,40 @@ def test_what_a_killed_owner_started_dies_with_it(tmp_path):
         proc.kill()
         if SB.running(sleeper):
             os.kill(sleeper, 9)
+
+
+def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_path, monkeypatch):
+    """Fit: with almost no core for rollouts' processes the pool drops to one group at a time (never fewer), says
+    it is cpu-bound, and keeps delivering groups; given the cores, it runs every session asked for."""
+    monkeypatch.setattr(PL.Fit, "WINDOW", 0.5)
+    task_list = [make_task(tmp_path / "tasks", f"t{i}") for i in range(3)]
+
+    async def go(cpu):
+        up = Upstream()
+        url = await up.start()
+        client = SV.Client(url)
+        proxy = R.Proxy(client, adapter=lambda: ("m", 0))
+        await proxy.start()
+        n = iter(range(10 ** 6))
+        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
+                             tmp_path / f"sb{cpu}", max_sessions=16, group_size=4, fit=PL.Fit(cpu, 1 << 40), **NUMBERS)
+        pool.start()
+        peak, groups = 0, []
+        while len(groups) < 8:
+            try:
+                groups.append(await asyncio.wait_for(pool.groups.get(), 0.05))
+            except asyncio.TimeoutError:
+                assert time.monotonic() - t0 < 120, "the pool stopped delivering groups"
+            peak = max(peak, pool.running)
+        out = (pool.limit, pool.cpu_bound, peak, groups)
+        await pool.stop()
+        await proxy.stop()
+        await client.close()
+        await up.runner.cleanup()
+        return out
+    t0 = time.monotonic()
+    limit, bound, peak, groups = asyncio.run(go(1e-3))
+    assert limit == 4 and bound and peak <= 4 and all(r.score == 1.0 for g in groups for r in g.rollouts)
+    t0 = time.monotonic()
+    limit, bound, peak, groups = asyncio.run(go(64))
+    assert limit == 16 and not bound and peak > 4

@@ -76,12 +76,13 @@ def test_the_recipe_numbers_are_arguments_not_defaults():
     import grpo
     import harnesses
     import lora
+    import pool
     import rollout
     numbers = {grpo.shaped_reward: ("bonus", "scale"), grpo.drop_stale: ("max_staleness",),
                grpo.pack: ("micro_batches",),
                grpo.grpo_loss: ("objective", "beta"),
                rollout.run_rollout: ("max_tokens", "context"),
-               rollout.RolloutPool.__init__: ("max_sessions", "group_size", "max_tokens", "context"),
+               pool.RolloutPool.__init__: ("max_sessions", "group_size", "max_tokens", "context"),
                lora.add_lora: ("rank", "alpha")}
     numbers.update({type(h).prepare: ("max_tokens", "context") for h in harnesses.HARNESSES.values()})
     numbers.update({o.fn: o.knobs for o in grpo.LOSSES.values()})       # tis_cap, eps_low, eps_high, ratio_cap
