@@ -89,11 +89,15 @@ class Engine:
     SHARED_MIN = 32     # fewest tokens shared with a stored prompt worth storing the shared part on its own
 
     def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_tokens=32768):
+                 prompt_cache_bytes=1.5e9):
         self.model, self.fmt, self.threads = model, fmt, threads
-        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_tokens KV
-        # positions (~1.5 GB for SmolLM2-135M fp32). Shared safely: Cache.extend copies rows, never writes to it.
-        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), prompt_cache_tokens
+        # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_bytes of K/V
+        # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter
+        # version). Shared safely: Cache.extend copies rows, never writes to it.
+        cfg = model.config
+        per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * model.lm_head.weight.element_size() * sum(
+            lt != "conv" for lt in cfg.layer_types)
+        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), int(prompt_cache_bytes // max(1, per_token))
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
         return_freed_memory()

@@ -236,6 +236,12 @@ def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packe
     return out
 
 
+def fills(sequences, token_budget, micro_batches) -> bool:
+    """Whether `sequences` fill a step's budget as pack() packs them (a shared prompt counted once)."""
+    packed = pack(sequences, token_budget, micro_batches)
+    return bool(packed.waiting) or packed.tokens >= token_budget
+
+
 def _shared(root, s, first, min_shared):
     """Input positions `s` may take from `root`: the longest p with the same tokens[:p + 1] (so the same
     inputs and targets) and no trained target among them in either; 0 when below `min_shared`."""

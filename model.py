@@ -211,6 +211,7 @@ def segment_attention(q, k, v, seg: Segments, B, window):
 
 
 MASK_ELEMENTS = 1 << 24    # a branch's [queries, keys] mask is built in query blocks of at most this many
+WINDOW_BLOCK = 256         # sliding layers: queries per block (each sees its block and the window before it)
 
 
 def _prefixed(q, k, v, p, window):
@@ -219,7 +220,7 @@ def _prefixed(q, k, v, p, window):
     [n, p+n] at once when it is small, else query blocks (of `window` for sliding layers)."""
     n, K = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
-    blk = window if window is not None else max(1, MASK_ELEMENTS // K)
+    blk = max(window, WINDOW_BLOCK) if window is not None else max(1, MASK_ELEMENTS // K)
     outs = []
     for s in range(0, n, blk):
         e = min(s + blk, n)

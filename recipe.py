@@ -29,6 +29,7 @@ SHARED = dict(
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops
     guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
+    fit="on",                           # fewer sessions than asked while cores or memory cannot run them (rollout.Fit)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
 # Warm starts (warmstart.py, docs/warm-start.md): oracle demonstrations through the run's harness, SFT of a LoRA,
@@ -39,9 +40,11 @@ WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, ba
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
 # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest step
-# (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format
-TINY = dict(steps=24, sessions=40, token_budget=32768, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
-            server="local", max_tokens=72, context=4096, save_every=4, warm_start=WARM_START)
+# (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format; context and token
+# budget: the real harnesses' prompts in its 665-token vocabulary (pi ~3 200 tokens, opencode ~18 200, hermes
+# ~27 700; hermes refuses a context under 64 000), a hermes rollout whole in one of the 4 rows
+TINY = dict(steps=24, sessions=40, token_budget=131072, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
+            server="local", max_tokens=72, context=65536, save_every=4, warm_start=WARM_START)
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3

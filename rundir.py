@@ -112,7 +112,8 @@ def progress(m):
             f"| loss {_f(m['loss'])} w {_f(m.get('is_weight'), '{:.2f}')} cut {_f(m.get('clip_frac'), '{:.2f}')} "
             f"trunc {_f(m.get('trunc_frac'), '{:.2f}')} mm {_f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
-            f"| in flight {m['in_flight']}")
+            f"| in flight {m['in_flight']}" + (f" of {m['sessions']}" if m.get("sessions") else "")
+            + (" (cpu-bound)" if m.get("cpu_bound") else ""))
 
 
 def read_metric(line):

@@ -36,10 +36,12 @@ import checkpoint as C
 import flags as F
 import grpo as G
 import harnesses as H
+import hub
 import inference as I
 import lora as L
 import parallel as P
 import recipe as RC
+import pool as PL
 import rollout as R
 import rundir as RD
 import sandbox as SB
@@ -79,6 +81,7 @@ class Trainer:
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{self.name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time, self.proxy = [], [], [], 0.0, None
+        self.last = None              # the last metrics line (the model card's run numbers)
 
     @property
     def version(self):
@@ -97,12 +100,13 @@ class Trainer:
         t0, v, name = time.time(), self.version, version_name(self.name, self.version)
         path = (self.run_dir / "adapters" / name).resolve()
         config, tensors = self.learner.snap
+        texts = {hub.CARD: self.card(name, config)}
         if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside
             await self.server.add_adapter(name, config, tensors, path)
             self.writes = [w for w in self.writes if not w.done()]
-            self.writes.append(asyncio.ensure_future(asyncio.to_thread(L.write_adapter, path, config, tensors)))
+            self.writes.append(asyncio.ensure_future(asyncio.to_thread(L.write_adapter, path, config, tensors, texts)))
         else:                         # vLLM or a remote server: through the disk and its HTTP API
-            await asyncio.to_thread(L.write_adapter, path, config, tensors)
+            await asyncio.to_thread(L.write_adapter, path, config, tensors, texts)
             await self.client.load_adapter(name, path)
         self.served = v               # only now: no request ever names a version the server lacks
         self.loaded.append(v)
@@ -111,6 +115,18 @@ class Trainer:
                 self.loaded.remove(u)
                 await self.client.unload_adapter(version_name(self.name, u))
         self.sync_time = time.time() - t0
+
+    def card(self, name, config):
+        """The adapter's model card (hub.card): its base (the recipe model's Hub repo, unless a warm start made an
+        agentic base of it), harness, the run's numbers and its last metrics line."""
+        cfg, m = self.cfg, self.last
+        base = (not cfg.get("warm_start") and C.MODEL_REPOS.get(str(cfg["model"]))) or \
+            config.get("base_model_name_or_path") or cfg["model"]
+        progress = {"run": self.run_dir.name, "adapter version": self.version, "steps": self.step,
+                    **({k: m[k] if not isinstance(m[k], float) else round(m[k], 4)
+                        for k in ("reward", "pass_rate", "tool_calls", "blocked", "timed_out") if k in m} if m else {})}
+        return hub.card(name=name, base=base, harness=self.harness.name, harness_release=self.harness.release,
+                        cfg=cfg, progress=progress)
 
     def optimize(self, packed, commit):
         """The step's update (the learner's, on every rank) and its commit: `step` advances and commit(stats)
@@ -163,25 +179,24 @@ CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
 # ----------------------------------------------------------------------------- one step
 
-async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, everyone) -> bool:
+async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, everyone) -> bool:
     """One step of one trainer, top to bottom. Returns False once the run is stopping."""
     cfg, t0 = tr.cfg, time.time()
-    max_groups = max(1, cfg["sessions"] // cfg["group_size"])      # the recipe's ~6 tasks x 8 rollouts
-    # 1. Finished groups (all rollouts done, each reward decided as it finished), until they fill the token budget;
-    #    while none has varied rewards, up to 4x as many, then an empty step (no_signal): a policy collapsed to one
-    #    answer would otherwise stall the run.
-    groups, tokens = [], sum(len(s) - 1 for s in tr.queue)     # what did not fit the last step goes first
-    learnable = bool(tr.queue)
-    while not groups or (not learnable and len(groups) < 4 * max_groups) or (
-            len(groups) < max_groups and tokens < cfg["token_budget"]):       # counted as pack counts
+    max_groups = max(1, pool.limit // cfg["group_size"])     # the recipe's ~6 tasks x 8 rollouts, or what fits
+    # 1. Finished groups (all rollouts done, each reward decided as it finished), until they fill the token budget
+    #    (counted as pack counts it: a shared prompt once); while none has varied rewards, up to 4x as many, then an
+    #    empty step (no_signal): a policy collapsed to one answer would otherwise stall the run.
+    groups, candidates = [], list(tr.queue)                  # what did not fit the last step goes first
+    learnable, full = bool(tr.queue), G.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
+    while not groups or (not learnable and len(groups) < 4 * max_groups) or (len(groups) < max_groups and not full):
         g = await pool.next_group(stop, cfg["stall_timeout"])
         if g is None:
             return False
         groups.append(g)
         if G.varied([r.reward for r in g.rollouts]):
             learnable = True
-            tokens += sum(len(s) - 1 for r in g.rollouts if r.reward is not None
-                          for s in G.build_sequences(r.turns, 0.0, r.id))
+            candidates += [s for r in g.rollouts if r.reward is not None for s in G.build_sequences(r.turns, 0.0, r.id)]
+            full = G.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
     # 2. Advantages, once collection is done: the run's estimator (grpo.ESTIMATORS); None: trains on nothing
     advantages = G.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
     no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
@@ -217,10 +232,11 @@ async def train_step(tr: Trainer, pool: R.RolloutPool, stop: asyncio.Event, ever
              "shared_tokens": packed.shared_tokens,      # prompt tokens computed once for a whole group
              "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
              **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
-             "sync_time": tr.sync_time, "in_flight": pool.running, "served": tr.served, "time": t2}
+             "sync_time": tr.sync_time, "in_flight": pool.running, "sessions": pool.limit,
+             "cpu_bound": pool.cpu_bound, "served": tr.served, "time": t2}
         RD.append_metrics(tr.run_dir, m)
         return m
-    m = await asyncio.to_thread(tr.optimize, packed, commit)
+    m = tr.last = await asyncio.to_thread(tr.optimize, packed, commit)
     print(RD.progress(m), flush=True)
     tr.report(m)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on
@@ -389,17 +405,18 @@ def start_server(cfg, path, model, mode, device, names, run_dir):
                           api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new")
 
 
-async def start_pool(tr, cfg, run_dir, sandbox):
-    """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one)."""
+async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
+    """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
+    fit: the run's rollout.Fit (None: --sessions exactly)."""
     tr.proxy = R.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
     tr.learner.snap = P.call(tr.learner.snapshot)
     await tr.publish()
     await tr.proxy.start()
-    pool = R.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
+    pool = PL.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
                          max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
                          context=cfg["context"], reward=RC.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
-                         rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False))
+                         rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False), fit=fit)
     pool.start()
     return pool
 
@@ -422,10 +439,9 @@ async def run(cfg, resume=False):
     sandbox, warning = E.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    if cfg.get("warm_start") and len(names) > 1:
-        raise ValueError(f"{cfg['model']}'s warm start is for one harness, not {len(names)}: or --no-warm-start")
-    # 3. The base (the agentic base of a warm start, built first), the learners on every rank, the server
-    path = await asyncio.to_thread(W.base_path, cfg, names[0].partition(":")[0], held_out)
+    # 3. The base (the agentic base of a warm start, built first: one for every harness of the run), the learners on
+    #    every rank, the server
+    path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
     device = placement(cfg, 0)[3]
     P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
@@ -453,8 +469,9 @@ async def run(cfg, resume=False):
         print(f"run dir {run_dir} (checkpoints every {cfg['save_every']} steps in checkpoint/, metrics.jsonl, "
               f"adapters/, rollouts/) | model {path} | dashboard {dash[1] if dash else 'off (--dashboard)'}",
               flush=True)
+        fit = PL.Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" else None
         for t in trainers:
-            pools.append(await start_pool(t, cfg, run_dir, sandbox))
+            pools.append(await start_pool(t, cfg, run_dir, sandbox, fit))
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
               f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
