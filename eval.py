@@ -4,12 +4,16 @@
     python eval.py --model tiny --samples 16 --adapters runs/r/adapters/mini-v23     # CPU, seconds: the toy holdout
     python eval.py --model LFM2.5-24B-A2B --server vllm --adapters runs/y/adapters/pi-v*     # GPU, the recipe's
     python eval.py --model tiny --oracle --harness pi --suite all --split all --waste 3   # the oracle agent
+    python eval.py --model tiny --adapters runs/t/adapters/{pi,opencode,hermes}-v{8,16,24}  # 9 adapters, 3 harnesses
 
 The numbers are the model's row in recipe.py's table unless a flag says otherwise. Held out means the run's own:
 adapters under runs/<name>/adapters/ are scored on that run's split.json, from the base that run started from.
 Every checkpoint is an adapter name on the same server, so all run as one batch of real harness rollouts (proxy,
-guard, verifier). Per model, overall and per task source and type: pass@1 (95 % Wilson interval), mean score
-(95 % normal interval over rollouts), tool calls, guard blocks, ungraded by why; result.json and report.html.
+guard, verifier). A run's adapter runs in the harness it was trained in (`--harness`: every model in that one), and
+the base in each of those harnesses (rows `<model>@<harness>` when there are several), each adapter compared with
+the base in its own; each adapter's model card gets its rows (hub.write_eval). Per model, overall and per task
+source and type: pass@1 (95 % Wilson interval), mean score (95 % normal interval over rollouts), tool calls, guard
+blocks, ungraded by why; result.json and report.html.
 
 Left out: pass@k for k > 1, paired significance tests between adapters, cost accounting.
 """
@@ -26,9 +30,11 @@ from pathlib import Path
 
 import checkpoint as C
 import harnesses as H
+import hub
 import inference as I
 import lora as L
 import oracle as O
+import pool as PL
 import rollout as R
 import sandbox as SB
 import taskenv as E
@@ -101,14 +107,32 @@ def table(rep) -> str:
                      for r in rows)
 
 
-def report(results, base):
+def card_table(rep, models, meta) -> str:
+    """The evaluation of `models` (base first) as a model card's markdown: what was run, one row each."""
+    rows = ["| model | rollouts | pass@1 (95% interval) | mean score (95% interval) | tool calls | per solved |",
+            "|---|---|---|---|---|---|"]
+    for m in models:
+        s = rep["models"][m]
+        (lo, hi), (slo, shi) = s["ci95"], s["score_ci95"]
+        rows.append(f"| {Path(str(m)).name} | {s['n']} | "
+                    + ("-" if s["pass@1"] is None else f"{s['pass@1']:.0%} ({lo:.0%}-{hi:.0%})") + " | "
+                    + ("-" if s["score"] is None else f"{s['score']:.3f} ({slo:.3f}-{shi:.3f})")
+                    + f" | {_f(s['tool_calls'])} | {_f(s['tool_calls_solved'])} |")
+    return (f"`eval.py`: harness {meta['harness']}, suite {meta['suite']}, split {meta['split'] or 'all'}, "
+            f"{meta['tasks']} tasks x {meta['samples']} samples, temperature {meta['temperature']}, guard "
+            f"{meta['guard']}.\n\n" + "\n".join(rows))
+
+
+def report(results, base_of):
+    """Per model: summarize(), overall and per task source and type, and its tool calls on the tasks both it and its
+    base (base_of[model]: the base row in its harness) solve."""
     out = {"models": {}}
     by_model = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
     solved = {m: {r["task"] for r in rs if r["score"] == 1.0} for m, rs in by_model.items()}
     for m, rs in by_model.items():
-        s = summarize(rs)
+        s, base = summarize(rs), base_of.get(m, m) if isinstance(base_of, dict) else base_of    # or one base's name
         both = solved[m] & solved.get(base, set())
         s["tool_calls_on_both_solved"] = summarize([r for r in rs if r["task"] in both])["tool_calls"]
         s["base_tool_calls_on_both_solved"] = summarize([r for r in by_model.get(base, []) if r["task"] in both])[
@@ -181,7 +205,10 @@ def run_split(adapters, seed):
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
         splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
-                     "harness": str(c.get("harness") or "").split(",")[0].partition(":")[0]}
+                     "harness": [h.strip().partition(":")[0] for h in str(c.get("harness") or "").split(",")
+                                 if h.strip()],      # every harness of the run: its warm start's base
+                     "trainers": {h.strip().replace(":", "-", 1): h.strip().partition(":")[0]     # train.trainer_name
+                                  for h in str(c.get("harness") or "").split(",") if h.strip()}}
     if not splits:
         return None
     (first, m), *rest = splits.items()
@@ -214,7 +241,7 @@ async def evaluate(args):
     # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
     # only the model's chat format
     path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
-        W.base_path, cfg, (manifest or {}).get("harness") or cfg["harness"], held["eval"])
+        W.base_path, cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in recipe.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
@@ -227,13 +254,24 @@ async def evaluate(args):
         raise SystemExit(f"eval.py: no task in --suite {cfg['suite']} --split {args.split} (the {args.split} split is "
                          f"the {'run' if manifest else 'seed'}'s; a suite it never saw has none: --split all)")
     out.mkdir(parents=True, exist_ok=True)
-    harness = H.get_harness(cfg["harness"])
-    await asyncio.to_thread(harness.install)
     names, ranks = {}, []
     for a in args.adapters:
         ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
-    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks, harness.sandbox_paths())   # before a server starts
+    # each adapter of a run in the harness it was trained in (--harness: all in that one); the base in each of them
+    trainers = (manifest or {}).get("trainers") or {}
+    drives = {n: args.harness or trainers.get(Path(a).name.rpartition("-v")[0]) or cfg["harness"]
+              for n, a in names.items()}
+    kinds = list(dict.fromkeys(drives.values())) or [cfg["harness"]]
+    base = "oracle" if args.oracle else args.model
+    bases = {h: base if len(kinds) == 1 else f"{base}@{h}" for h in kinds}
+    drives |= {b: h for h, b in bases.items()}
+    base_of = {n: bases[h] for n, h in drives.items()}
+    harnesses = {h: H.get_harness(h) for h in kinds}
+    for h in harnesses.values():
+        await asyncio.to_thread(h.install)
+    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
+                                                               for p in h.sandbox_paths()])   # before a server starts
     if warning:
         print(warning, file=sys.stderr, flush=True)
     proxies = []
@@ -245,12 +283,12 @@ async def evaluate(args):
         handle = I.start_server(args.server, path, name=args.model, context=cfg["context"], run_dir=out,
                                 rank=max(ranks, default=None), max_loras=max(1, len(names)))
     client = SV.Client(handle.url, handle.api_key)
-    base, results, pools = "oracle" if args.oracle else args.model, [], {}
-    models = [base, *names]
+    results, pools = [], {}
+    models = [*bases.values(), *names]
     # on the server, eval's adapters are eval-<name>: a trainer sharing the server names its versions <name>
     # too (mini-v24), and eval must neither replace nor unload those; folders: a --model path is not one
-    served = {m: m if m == base else f"eval-{m}" for m in models}
-    folder = {m: m if m != base else "oracle" if args.oracle else f"base-{Path(m).name}" for m in models}
+    served = {m: base if m in bases.values() else f"eval-{m}" for m in models}
+    folder = {m: m if m not in bases.values() else "oracle" if args.oracle else f"base-{Path(m).name}" for m in models}
     t0 = time.time()
     try:
         for n, a in names.items():
@@ -263,13 +301,13 @@ async def evaluate(args):
             proxies.append(proxy)
             await proxy.start()
             it = iter(tasks)
-            pools[m] = R.RolloutPool(harness, proxy, lambda it=it: next(it, None), lambda: 0,
+            pools[m] = PL.RolloutPool(harnesses[drives[m]], proxy, lambda it=it: next(it, None), lambda: 0,
                                      out / "sandboxes" / folder[m],
                                      max_sessions=max(1, cfg["sessions"] // len(models)), group_size=args.samples,
                                      max_tokens=cfg["max_tokens"], context=cfg["context"], sandbox=sandbox,
                                      rollouts_dir=out / "rollouts" / folder[m], reward=rollout_reward(cfg))
         print(f"evaluating {len(models)} models x {len(tasks)} tasks x {args.samples} samples "
-              f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url} (harness {cfg['harness']}, "
+              f"= {len(models) * len(tasks) * args.samples} sessions on {handle.url} (harness {', '.join(kinds)}, "
               f"suite {cfg['suite']}, split {args.split or 'all'}, max tokens {cfg['max_tokens']}, temperature "
               f"{cfg['temperature']})", flush=True)
         for p in pools.values():
@@ -301,13 +339,17 @@ async def evaluate(args):
         await client.close()
         handle.stop()
     results.sort(key=lambda r: models.index(r["model"]))       # the table's rows: base, then --adapters in order
-    rep = report(results, base)
-    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": cfg["harness"], "suite": cfg["suite"],
+    rep = report(results, base_of)
+    meta = {"model": args.model, "recipe": cfg["recipe"], "harness": ", ".join(kinds), "harnesses": drives,
+            "suite": cfg["suite"],
             "split": args.split, "guard": args.guard, "samples": args.samples,
             **{k: cfg[k] for k in ("temperature", "top_p", "max_tokens", "context", "bonus", "bonus_scale")},
             "tasks": len(tasks), "seconds": round(time.time() - t0, 1), "adapters": names}
     (out / "result.json").write_text(json.dumps({"meta": meta, **rep, "rollouts": results}, indent=1))
     write_html(out / "report.html", rep, meta)
+    if not args.oracle:
+        for n, a in names.items():      # each adapter's model card gets its row beside the base's
+            hub.write_eval(a, card_table(rep, [base_of[n], n], {**meta, "harness": drives[n]}))
     print(f"\n{len(tasks)} tasks ({cfg['suite']}, split {args.split or 'all'}) x {args.samples} samples, "
           f"{meta['seconds']} s\n{table(rep)}")
     print(f"\nwrote {out / 'result.json'} and {out / 'report.html'}")

@@ -280,14 +280,17 @@ def save_adapter(model, dir, adapter="default", base_model_name_or_path=None):
     return write_adapter(dir, *snapshot(model, adapter, base_model_name_or_path))
 
 
-def write_adapter(dir, config, sd):
-    """Write a snapshot (config, PEFT-key tensors) as a PEFT adapter directory, atomically."""
+def write_adapter(dir, config, sd, texts=None):
+    """Write a snapshot (config, PEFT-key tensors) as a PEFT adapter directory, atomically; texts: more files
+    beside them ({"README.md": its model card}, hub.card)."""
     from safetensors.torch import save_file
 
     with C.atomic_dir(dir, replace=True) as tmp:     # a crash leaves one complete copy
         save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for name, text in (texts or {}).items():
+            (tmp / name).write_text(text)
     return Path(dir)
 
 

@@ -39,7 +39,7 @@ from chat import ChatFormat
 from learner import Learner
 
 ADAPTER = "sft"
-VERSION = 3        # bump when the warm start's recipe changes: cached agentic bases are then made again
+VERSION = 4        # bump when the warm start's recipe changes: cached agentic bases are then made again
 
 
 class DemoError(ValueError):
@@ -204,9 +204,14 @@ def _digest(*paths):
 
 
 def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=print) -> Path:
-    """The agentic base of checkpoint `raw` for `harness` (a name), made on first use and cached beside it.
-    warm: the recipe row's warm start (suite, samples, waste, reply, steps, batch, lr, rank, alpha, token_budget,
-    micro_batches); held_out: the run's held-out task names, never demonstrated (excluded from warm["suite"])."""
+    """The agentic base of checkpoint `raw` for `harness` (a name, or several: one base for all of them, as the
+    recipe's three trainers share one model; each harness demonstrates every warm-up task samples / len(harness)
+    times, at least once), made on first use and cached beside it. warm: the recipe row's warm start (suite, samples,
+    waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches); held_out: the run's held-out task names,
+    never demonstrated (excluded from warm["suite"])."""
+    harnesses = [harness] if isinstance(harness, str) else list(dict.fromkeys(harness))
+    harness = harnesses[0] if len(harnesses) == 1 else harnesses      # one harness: the key it always had
+    samples = max(1, round(warm["samples"] / len(harnesses)))
     held_out = set(held_out)
     tasks = [t for t in T.load_tasks(warm["suite"]) if t.name not in held_out]
     if not tasks:
@@ -215,30 +220,32 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
     key = json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
-    path = C.cache_root() / f"{raw.name}-agentic-{harness}-{key}"
+    path = C.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
     t0 = time.time()
     log(f"warm start (first use, cached in {path}): {len(tasks)} warm-up tasks ({warm['suite']}"
-        f"{f', {len(held_out)} held out excluded' if held_out else ''}) x {warm['samples']} oracle demonstrations "
-        f"through {harness}, up to {warm['waste']} redundant calls each, then SFT")
+        f"{f', {len(held_out)} held out excluded' if held_out else ''}) x {samples} oracle demonstrations "
+        f"through {' and '.join(harnesses)}, up to {warm['waste']} redundant calls each, then SFT")
     fmt = ChatFormat.from_checkpoint(raw)
     work = Path(C.cache_root()) / f".{path.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        rollouts = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, work, samples=warm["samples"],
-                                        sessions=warm["sessions"], max_tokens=max_tokens, context=context,
-                                        waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
-                                        cheat=warm.get("cheat", 0.0)))
+        rollouts = []
+        for h in harnesses:      # one after another: each harness's sessions get the whole machine
+            rollouts += asyncio.run(O.record(tasks, H.get_harness(h), fmt, work / h, samples=samples,
+                                             sessions=warm["sessions"], max_tokens=max_tokens, context=context,
+                                             waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
+                                             cheat=warm.get("cheat", 0.0)))
         solved = sum(r.score == 1.0 and not r.blocked for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
             f"({time.time() - t0:.0f} s)")
         if warm.get("cheat"):       # a model organism's: counted as the ablation counts, by the post-hoc scan
-            took = sum(bool(r["fired"]) for r in guard.scan(sorted((work / "rollouts").rglob("*.json"))))
+            took = sum(bool(r["fired"]) for r in guard.scan(sorted(work.rglob("rollouts/**/*.json"))))
             log(f"  {took} of {len(rollouts)} demonstrations take the task's planted shortcut (guard.py scan; each "
                 f"drawn with p = {warm['cheat']}, recorded with the guard off)")
-        demos, skipped = read_demonstrations([work / "rollouts"], fmt, context=context)
+        demos, skipped = read_demonstrations([work / h / "rollouts" for h in harnesses], fmt, context=context)
         with C.atomic_dir(path, replace=True) as tmp:
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
@@ -248,6 +255,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
                 f.rename(tmp / f.name)
             (tmp / "model").rmdir()
             (tmp / "warm_start.json").write_text(json.dumps({"from": str(raw), "harness": harness, **warm,
+                                                             "samples_per_harness": samples,
                                                              "demonstrations": len(demos), "skipped": skipped,
                                                              "tasks": sorted(t.name for t in tasks)}, indent=1))
     finally:

@@ -837,3 +837,55 @@ def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch
     trained = [m for m in ms if m["grad_norm"] is not None]
     assert trained and all(0 <= m["neg_adv_frac"] <= 1 for m in trained)
     assert ms[-1]["version"] == len(trained)
+
+
+@pytest.mark.integration
+def test_pi_opencode_and_hermes_train_three_adapters_on_one_base_in_one_process(tmp_path):
+    """`--harness pi,opencode,hermes`: three trainers in one process on one base loaded once and one server; each
+    its own progress lines, metrics, adapter versions (each with a model card naming its harness and base) and
+    rollouts, every rollout a real session of its own harness (their prompts fit the tiny row's context)."""
+    import huggingface_hub as hf
+
+    import harnesses as H
+    for h in ("pi", "opencode", "hermes"):
+        H.get_harness(h).install(quiet=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")        # the installed harnesses (the default cache)
+    env.pop("HARNESS_RL_CACHE", None)
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--harness",
+                        "pi,opencode,hermes", "--runs", str(tmp_path / "runs"), "--run", "three", "--steps", "2",
+                        "--sessions", "8", "--group-size", "4", "--save-every", "2"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    run = tmp_path / "runs" / "three"
+    assert p.stdout.count("| model ") == 1 and p.stdout.count(" server http") == 1     # one base, one server
+    lines = metrics(run)
+    for h in ("pi", "opencode", "hermes"):
+        mine = [m for m in lines if m["trainer"] == h]
+        assert [m["step"] for m in mine] == [1, 2] and all(m["rollouts"] >= 4 for m in mine), mine
+        assert sum(1 for x in p.stdout.splitlines() if x.startswith(f"[{h}] step")) == 2
+        assert f"  {h}: 2 steps |" in p.stdout                                       # its own summary
+        rollouts = list((run / "rollouts" / h).rglob("*.json"))
+        assert len(rollouts) >= 8 and {json.loads(f.read_text())["agent"]["name"] for f in rollouts} == {h}
+        versions = sorted((run / "adapters").glob(f"{h}-v*"))
+        assert versions and all((v / "adapter_model.safetensors").is_file() for v in versions)
+        card = hf.ModelCard.load(versions[-1] / "README.md")
+        assert f"harness-{h}" in card.data.tags and card.data.library_name == "peft"
+        assert "a LoRA adapter of tiny for" in card.text and f"`{h} {H.get_harness(h).release}` harness" in card.text
+    trained = [m for m in lines if m["tokens"]]
+    assert {m["trainer"] for m in trained} == {"pi", "opencode", "hermes"}, lines     # each trained on its own
+    # the recipe's evaluation in miniature: each adapter in its own harness, the base in each, one server
+    finals = [sorted((run / "adapters").glob(f"{h}-v*"))[-1] for h in ("pi", "opencode", "hermes")]
+    p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--no-warm-start", "--max-tokens",
+                        "8", "--suite", str(LENGTH), "--split", "all", "--limit", "1", "--samples", "2", "--adapters",
+                        *map(str, finals), "--out", str(tmp_path / "eval")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=1500)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads((tmp_path / "eval" / "result.json").read_text())
+    assert set(res["models"]) == {"tiny@pi", "tiny@opencode", "tiny@hermes", *(f.name for f in finals)}
+    for f in finals:
+        h = f.name.rpartition("-v")[0]
+        assert res["meta"]["harnesses"][f.name] == h and res["meta"]["harnesses"][f"tiny@{h}"] == h
+        ran = (tmp_path / "eval" / "rollouts" / f.name).rglob("*.json")
+        assert {json.loads(x.read_text())["agent"]["name"] for x in ran} == {h}
+        card = (f / "README.md").read_text()
+        assert "## Evaluation" in card and f"| tiny@{h} |" in card and f"harness {h}," in card

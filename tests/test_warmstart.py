@@ -184,6 +184,23 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
         W.agentic_base(lfm3, "mini", warm, held_out=["files-city-02", "files-config-02", "files-top-02"], **kw)
 
 
+@pytest.mark.integration
+def test_one_agentic_base_for_several_harnesses_learns_from_each(tmp_path, lfm3, monkeypatch):
+    """`--harness mini,pi`'s warm start: one base, demonstrated through both harnesses (samples split between
+    them, at least one each), cached under both names, apart from either harness's own base."""
+    monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
+    suite = tmp_path / "files"
+    for n in ("files-city-02", "files-config-02"):
+        shutil.copytree(S.DATA / "files" / n, suite / n)
+    warm = dict(suite=str(suite), samples=2, waste=1, reply="text", sessions=4, steps=2, batch=2, lr=1e-3, rank=4,
+                alpha=8, token_budget=16384, micro_batches=1)
+    kw = dict(max_tokens=4096, context=16384, log=lambda s: None)
+    both = W.agentic_base(lfm3, ["mini", "pi"], warm, **kw)
+    made = json.loads((both / "warm_start.json").read_text())
+    assert "mini+pi" in both.name and made["harness"] == ["mini", "pi"] and made["samples_per_harness"] == 1
+    assert made["demonstrations"] == 4 and both != W.agentic_base(lfm3, "mini", warm, **kw)
+
+
 def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
     fmt = ChatFormat.from_checkpoint(lfm3)
     tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
