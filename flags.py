@@ -51,7 +51,7 @@ class Knob:
 KNOBS = {
     "steps": Knob("optimizer steps per trainer", _int(1), resume=True),
     "sessions": Knob("concurrent rollouts per trainer (at most: see --fit)", _int(1)),
-    "fit": Knob("on: fewer sessions while the machine's cores or memory cannot run --sessions (rollout.Fit, measured "
+    "fit": Knob("on: fewer sessions while the machine's cores or memory cannot run --sessions (pool.Fit, measured "
                 "as the run goes; the progress line says cpu-bound); off: --sessions exactly", _one_of("on", "off"),
                 resume=True),
     "token_budget": Knob("trained tokens per step (packed into --micro-batches rows)", _int(16)),

@@ -84,7 +84,7 @@ def _size(path: Path) -> int:
 class Harness:
     """What every harness shares: the cached install, the minimal environment, exit-code success. cost: what a
     session's own processes take, (CPU seconds to start, MiB peak RSS), measured by `bench/rollout.py --only c`
-    (2-core CPU); the rollout pools start from it (rollout.Fit), then measure."""
+    (2-core CPU); the rollout pools start from it (pool.Fit), then measure."""
     name = release = package = ""   # release: the pinned version of the harness package
     cost = (1.0, 256)
 

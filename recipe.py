@@ -29,7 +29,7 @@ SHARED = dict(
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops
     guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
-    fit="on",                           # fewer sessions than asked while cores or memory cannot run them (rollout.Fit)
+    fit="on",                           # fewer sessions than asked while cores or memory cannot run them (pool.Fit)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
 )
 # Warm starts (warmstart.py, docs/warm-start.md): oracle demonstrations through the run's harness, SFT of a LoRA,

@@ -82,6 +82,7 @@ class Trainer:
         random.Random(f"{cfg['seed']}/{self.name}").shuffle(self.order)
         self.queue, self.loaded, self.writes, self.sync_time, self.proxy = [], [], [], 0.0, None
         self.last = None              # the last metrics line (the model card's run numbers)
+        self.base = None              # the checkpoint the adapter applies to (the agentic base of a warm start)
 
     @property
     def version(self):
@@ -120,8 +121,7 @@ class Trainer:
         """The adapter's model card (hub.card): its base (the recipe model's Hub repo, unless a warm start made an
         agentic base of it), harness, the run's numbers and its last metrics line."""
         cfg, m = self.cfg, self.last
-        base = (not cfg.get("warm_start") and C.MODEL_REPOS.get(str(cfg["model"]))) or \
-            config.get("base_model_name_or_path") or cfg["model"]
+        base = (not cfg.get("warm_start") and C.MODEL_REPOS.get(str(cfg["model"]))) or self.base or cfg["model"]
         progress = {"run": self.run_dir.name, "adapter version": self.version, "steps": self.step,
                     **({k: m[k] if not isinstance(m[k], float) else round(m[k], 4)
                         for k in ("reward", "pass_rate", "tool_calls", "blocked", "timed_out") if k in m} if m else {})}
@@ -407,7 +407,7 @@ def start_server(cfg, path, model, mode, device, names, run_dir):
 
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
-    fit: the run's rollout.Fit (None: --sessions exactly)."""
+    fit: the run's pool.Fit (None: --sessions exactly)."""
     tr.proxy = R.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
     tr.learner.snap = P.call(tr.learner.snapshot)
@@ -453,6 +453,8 @@ async def run(cfg, resume=False):
     client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
                 for n, learner in zip(names, learners)]
+    for t in trainers:
+        t.base = str(path)
     if resume:
         restore_checkpoint(st, trainers)
         dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})

@@ -870,7 +870,7 @@ def test_pi_opencode_and_hermes_train_three_adapters_on_one_base_in_one_process(
         assert versions and all((v / "adapter_model.safetensors").is_file() for v in versions)
         card = hf.ModelCard.load(versions[-1] / "README.md")
         assert f"harness-{h}" in card.data.tags and card.data.library_name == "peft"
-        assert "a LoRA adapter of tiny for" in card.text and f"`{h} {H.get_harness(h).release}` harness" in card.text
+        assert "tiny-lfm3 for" in card.text and f"`{h} {H.get_harness(h).release}` harness" in card.text
     trained = [m for m in lines if m["tokens"]]
     assert {m["trainer"] for m in trained} == {"pi", "opencode", "hermes"}, lines     # each trained on its own
     # the recipe's evaluation in miniature: each adapter in its own harness, the base in each, one server
