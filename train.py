@@ -471,7 +471,10 @@ async def run(cfg, resume=False):
         print(f"run dir {run_dir} (checkpoints every {cfg['save_every']} steps in checkpoint/, metrics.jsonl, "
               f"adapters/, rollouts/) | model {path} | dashboard {dash[1] if dash else 'off (--dashboard)'}",
               flush=True)
-        fit = PL.Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" else None
+        # Fit reads the machine's CPU less this process's: vLLM's CPU build, a process of its own on the same cores,
+        # would count as the rollouts' (a GPU vLLM's one busy core is within the budget's slack)
+        fit = PL.Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" and not (
+            cfg["server"] == "vllm" and device == "cpu") else None
         for t in trainers:
             pools.append(await start_pool(t, cfg, run_dir, sandbox, fit))
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
