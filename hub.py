@@ -29,7 +29,8 @@ class HubError(RuntimeError):
 
 def is_repo_id(name) -> bool:
     """'org/name' as the Hub spells repositories (not a local path)."""
-    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", str(name))) and not Path(str(name)).exists()
+    part = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"       # the Hub's rule: no '.' or '-' at either end
+    return bool(re.fullmatch(f"{part}/{part}", str(name))) and not Path(str(name)).exists()
 
 
 def card(*, name, base, harness, harness_release="", cfg=None, progress=None, eval_md="") -> str:

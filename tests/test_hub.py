@@ -69,9 +69,10 @@ def test_upload_refuses_a_folder_that_is_not_a_whole_adapter(adapter, missing):
     assert p.returncode == 1 and missing in p.stderr and p.stderr.count("\n") == 1
 
 
-def test_upload_refuses_a_repo_that_is_no_repo_id(adapter):
+@pytest.mark.parametrize("repo", ["not a repo", "../evil", "me/x-", "me"])
+def test_upload_refuses_a_repo_that_is_no_repo_id(adapter, repo):
     with pytest.raises(hub.HubError, match="org/name"):
-        hub.upload(adapter, "not a repo")
+        hub.upload(adapter, repo)
 
 
 def test_a_missing_recipe_model_offline_says_what_to_download(tmp_path, monkeypatch):
