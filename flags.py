@@ -68,6 +68,8 @@ KNOBS = {
     "loss": Knob("the policy-gradient objective (grpo.LOSSES)", _registered(G.LOSSES)),
     "advantage": Knob("the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
                       _registered(G.ESTIMATORS)),
+    "reduce": Knob("how the loss averages (grpo.REDUCTIONS): token, every trained token once; rollout, every "
+                   "rollout once (GRPO's 1/|o|)", _one_of(*G.REDUCTIONS)),
     "tis_cap": Knob("C, the cap on the importance weight of --loss tis", _num(0, lo_open=True)),
     "eps_low": Knob("--loss clip: lower clip range", _num(0, 1, lo_open=True, hi_open=True)),
     "eps_high": Knob("--loss clip: upper clip range", _num(0, lo_open=True)),

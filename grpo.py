@@ -1,16 +1,19 @@
 """GRPO, the algorithm: rewards, advantages, turns -> token sequences, staleness, packing, log-probs, the loss.
 
 Plain functions and dataclasses, no model or server code (train.py wires them up). Sequences are the server's own
-token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step. Advantage
+token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step (or, with
+REDUCTIONS' "rollout", GRPO's mean over rollouts of each one's token-mean). Advantage
 estimators (`ESTIMATORS`, --advantage) and objectives (`LOSSES`, --loss) are registries. The recipe's numbers come
 in as arguments (recipe.py); the only defaults are numerics (eps, chunk sizes, MIN_SHARED) and temperature 1.
 
-Left out: reward models, per-sequence (instead of per-token) normalisation, value functions, std-free advantages,
+Left out: reward models, value functions, std-free advantages,
 distributed logic; prefix sharing deeper than one level (a branch of a branch) or over trained tokens (their loss
 terms differ per sequence).
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -114,6 +117,25 @@ def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
         target.versions += [t.version] * len(t.completion_ids)
         target.turns += 1
     return [s for s in seqs if any(s.mask)]
+
+
+# How the loss averages (--reduce): "token", each trained token counts once (the recipe's, DAPO's: long rollouts weigh
+# more); "rollout", each rollout counts once (GRPO's 1/|o_i|: a long failing rollout pushes no harder than a short
+# passing one).
+REDUCTIONS = ("token", "rollout")
+
+
+def per_rollout(sequences):
+    """Weights for the "rollout" reduction, folded into the advantages so the loss stays a token-mean: a rollout of
+    L trained tokens (over all its sequences) gets advantage * mean(L) / L, so each rollout sums to its advantage
+    times the mean rollout's token count, whatever its length. Returns new sequences."""
+    lengths = collections.Counter()
+    for s in sequences:
+        lengths[s.rollout] += sum(s.mask)
+    if not lengths:
+        return list(sequences)
+    mean = sum(lengths.values()) / len(lengths)
+    return [dataclasses.replace(s, advantage=s.advantage * mean / lengths[s.rollout]) for s in sequences]
 
 
 def is_stale(version, current_version, max_staleness):

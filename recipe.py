@@ -23,6 +23,7 @@ SHARED = dict(
     bonus=0.1, bonus_scale=15,          # reward = score + 0.1 * (1 - tool_calls / 15) on full passes
     advantage="group",                  # (r - mean) / std within each task's group (grpo.ESTIMATORS)
     loss="tis", tis_cap=2.0,            # off-policy correction: truncated importance weight min(pi/mu, 2) (grpo.LOSSES)
+    reduce="token",                     # the loss: a mean over the step's trained tokens (grpo.REDUCTIONS)
     eps_low=0.2, eps_high=0.28, ratio_cap=None,     # --loss clip: PPO's clip range (+ optional dual-clip cap)
     beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,

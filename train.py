@@ -201,11 +201,9 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
     advantages = G.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
     no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
     # 3. Each rollout's turns -> training sequences, token for token as the server returned them
-    seqs = list(tr.queue)
-    for g, adv in zip(groups, advantages):
-        for r, a in zip(g.rollouts, adv):
-            if a is not None:
-                seqs += G.build_sequences(r.turns, a, r.id, start_version=r.start_version)
+    new = [s for g, adv in zip(groups, advantages) for r, a in zip(g.rollouts, adv) if a is not None
+           for s in G.build_sequences(r.turns, a, r.id, start_version=r.start_version)]
+    seqs = list(tr.queue) + (G.per_rollout(new) if cfg["reduce"] == "rollout" else new)
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
     seqs, stale = G.drop_stale(seqs, tr.version, cfg["max_staleness"])
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step

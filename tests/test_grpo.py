@@ -6,10 +6,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import flags as F
 import grpo as G
 import rollout as R
 import tiny
 from conftest import grpo_loss
+from recipe import SHARED
 
 
 # ----------------------------------------------------------------------------- rewards, advantages
@@ -393,6 +395,32 @@ def test_step_token_mean_over_micro_batches_equals_one_batch(objective):
              for s in (slice(0, 4), slice(4, 10))]
     (g_acc,) = torch.autograd.grad(sum(parts), logp)
     assert torch.allclose(sum(parts), full) and torch.allclose(g_acc, g_full)
+
+
+def test_rollout_reduction_weighs_every_rollout_once_whatever_its_length():
+    """--reduce rollout: the step's token-mean over packed rows, with per_rollout's advantages, is GRPO's
+    (1/N) sum_i (1/L_i) sum_t: the gradient on a token of rollout i is -A_i / (N * L_i) (on-policy tis, by hand).
+    Rollout "a" spans two sequences (a re-rendered history): its L counts both."""
+    def seq(n_prompt, n_gen, adv, rollout):
+        return G.Sequence(list(range(1, n_prompt + n_gen + 1)), [0] * n_prompt + [1] * n_gen,
+                          [0.0] * n_prompt + [-0.5] * n_gen, adv, 0, rollout)
+    seqs = [seq(3, 10, 1.5, "a"), seq(5, 30, 1.5, "a"), seq(4, 8, -0.5, "b"), seq(2, 200, -0.4, "c")]
+    length = {"a": 40, "b": 8, "c": 200}
+    out = G.per_rollout(seqs)
+    assert [s.advantage for s in seqs] == [1.5, 1.5, -0.5, -0.4]           # inputs untouched
+    packed = G.pack(out, 10_000, 2)
+    grads, want = [], []
+    for mb in packed.micro_batches:
+        logp = mb.old_logp.clone().requires_grad_(True)
+        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, objective="tis")
+        (g,) = torch.autograd.grad(loss, logp)
+        grads += g[mb.mask.bool()].tolist()
+    for s in seqs:
+        want += [-s.advantage / (3 * length[s.rollout])] * sum(s.mask)
+    assert sorted(grads) == pytest.approx(sorted(want), rel=1e-5)
+    assert sum(grads) == pytest.approx(-(1.5 - 0.5 - 0.4) / 3, rel=1e-5)     # each rollout sums to -A_i / N
+    with pytest.raises(SystemExit, match="--reduce"):
+        F.validate({**SHARED, "reduce": "sequence"})
 
 
 def test_kl_term_needs_reference_and_is_zero_at_reference():
