@@ -182,7 +182,9 @@ CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, everyone) -> bool:
     """One step of one trainer, top to bottom. Returns False once the run is stopping."""
     cfg, t0 = tr.cfg, time.time()
-    max_groups = max(1, pool.limit // cfg["group_size"])     # the recipe's ~6 tasks x 8 rollouts, or what fits
+    # the recipe's ~6 tasks x 8 rollouts: --sessions' worth, whatever --fit lets run at once (a slower machine takes
+    # longer over the same batch; one group a step, pi's on 2 cores, did not learn: docs/real-harnesses.md)
+    max_groups = max(1, cfg["sessions"] // cfg["group_size"])
     # 1. Finished groups (all rollouts done, each reward decided as it finished), until they fill the token budget
     #    (counted as pack counts it: a shared prompt once); while none has varied rewards, up to 4x as many, then an
     #    empty step (no_signal): a policy collapsed to one answer would otherwise stall the run.

@@ -853,7 +853,7 @@ def test_pi_opencode_and_hermes_train_three_adapters_on_one_base_in_one_process(
     env.pop("HARNESS_RL_CACHE", None)
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--harness",
                         "pi,opencode,hermes", "--runs", str(tmp_path / "runs"), "--run", "three", "--steps", "2",
-                        "--sessions", "8", "--group-size", "4", "--save-every", "2"], cwd=ROOT, env=env,
+                        "--sessions", "4", "--group-size", "4", "--save-every", "2"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     run = tmp_path / "runs" / "three"
