@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, web
+from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, TCPConnector, web
 
 import checkpoint as C
 import harnesses
@@ -284,6 +284,10 @@ class ChatStream:
 
 # ----------------------------------------------------------------------------- the client
 
+KEEP_ALIVE = 3.0     # seconds an idle pooled connection is kept: under vLLM's (uvicorn's) 5, so it never closes one
+                     # just as a request goes out on it
+
+
 class Client:
     """Async client for our server or vLLM. Errors raise RuntimeError with the server's message."""
 
@@ -299,18 +303,20 @@ class Client:
 
     async def post(self, path, body, retries=0, resend=0):
         """retries: again after a 5xx or a network error (backing off); resend: again at once after a connection that
-        failed before any reply (a keep-alive connection the server had closed: "Can not write request body")."""
+        failed (a keep-alive connection the server had closed: "Can not write request body", "Server
+        disconnected"). Idle connections are dropped after KEEP_ALIVE s, before vLLM's server (5 s) drops them."""
         for attempt in range(retries + resend + 1):
             try:
                 if self._session is None or self._session.closed:
-                    self._session = ClientSession(timeout=self.timeout, headers=self.headers)
+                    self._session = ClientSession(timeout=self.timeout, headers=self.headers,
+                                                  connector=TCPConnector(keepalive_timeout=KEEP_ALIVE))
                 async with self._session.post(self.url + path, json=body) as r:
                     text = await r.text()
                     if r.status == 200:
                         return json.loads(text) if r.content_type == "application/json" else text
                     if r.status < 500 or attempt >= retries:
                         raise RuntimeError(f"POST {path} -> {r.status}: {text[:500]}")
-            except (OSError, asyncio.TimeoutError) as e:
+            except (OSError, asyncio.TimeoutError, ClientConnectionError) as e:    # aiohttp's: not all are OSError
                 if attempt < resend and isinstance(e, ClientConnectionError):
                     continue
                 if attempt >= retries:

@@ -687,3 +687,38 @@ def test_sessions_sharing_a_long_prefix_prefill_it_once_and_keep_a_fresh_forward
             assert (got - want).abs().max() <= 1e-4
     L.set_adapter(env["ref"], None)
     assert e.prefix_hits - before == 6 and e.prompt_tokens <= e.prompt_cache_tokens
+
+
+def test_client_sends_again_when_the_server_drops_the_connection_before_replying():
+    """A server that closes a connection without a reply (a keep-alive connection it had just timed out: vLLM's
+    uvicorn after 5 s) raises aiohttp's ServerDisconnectedError, which is no OSError: chat() sends once more on a
+    new connection; a post without resend fails with one RuntimeError naming the path."""
+    async def go():
+        seen = []
+
+        async def handle(reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            n = int(next(x for x in head.decode().split("\r\n") if x.lower().startswith("content-length")).split(":")[1])
+            await reader.readexactly(n)
+            seen.append(n)
+            if len(seen) % 2:                              # every other request: dropped without a reply
+                writer.close()
+                return
+            body = json.dumps({"ok": len(seen)}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        client = SV.Client(url)
+        try:
+            assert await client.chat({"messages": []}) == {"ok": 2}
+            with pytest.raises(RuntimeError, match="POST /v1/load_lora_adapter failed: ServerDisconnected"):
+                await client.post("/v1/load_lora_adapter", {})
+        finally:
+            await client.close()
+            server.close()
+        return seen
+    assert len(asyncio.run(go())) == 3
