@@ -98,7 +98,8 @@ class RolloutPool:
     """Keeps up to `max_sessions` rollouts of one harness running, fewer while `fit` (a Fit) says the machine cannot
     run more: `limit`, `cpu_bound`. next_task() -> the next task, or None at the end; served() -> the adapter
     version new requests use (each rollout's start_version); reward(r) -> its r.reward, once. Finished groups arrive
-    complete on `self.groups` (an asyncio.Queue), in order of completion."""
+    complete on `self.groups` (an asyncio.Queue), in order of completion; no new group begins while `backlog` + 1
+    (max_sessions / group size: one step's worth) are begun and not taken."""
 
     def __init__(self, harness, proxy: Proxy, next_task, served, root, *, max_sessions, group_size, max_tokens,
                  context, rollouts_dir=None, keep=False, sandbox="auto", timeout=None, reward=None, name=None,
@@ -111,6 +112,7 @@ class RolloutPool:
         self.rollouts_dir, self.keep, self.sandbox = rollouts_dir, keep, sandbox
         self.kw = {"max_tokens": max_tokens, "context": context, "timeout": timeout}
         self.groups = asyncio.Queue()
+        self.backlog = max(1, max_sessions // group_size)
         self.fit = fit
         self.limit = fit.first(harness, max_sessions, group_size) if fit else max_sessions
         self.freed = asyncio.Condition()
@@ -126,7 +128,10 @@ class RolloutPool:
     async def _schedule(self):
         peak, since = 0, time.monotonic()
         while True:
-            while self.in_flight >= -(-self.limit // self.group_size) + 1:
+            # at most one group beyond those running, and no more groups begun and not yet taken than one step of
+            # max_sessions takes, plus one: a trainer in a long step must not come back to a backlog gone stale
+            while (self.in_flight >= -(-self.limit // self.group_size) + 1
+                   or self.in_flight + self.groups.qsize() > self.backlog):
                 await asyncio.sleep(0.05)
                 peak = max(peak, self.running)
                 if self.fit and time.monotonic() - since >= Fit.WINDOW:

@@ -1,6 +1,7 @@
 """rollout.py: the guard proxy, sandboxes and the pool, with real harness processes against a scripted
 upstream (a small server in vLLM's response shape standing in for the model)."""
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -848,6 +849,40 @@ def test_what_a_killed_owner_started_dies_with_it(tmp_path):
         proc.kill()
         if SB.running(sleeper):
             os.kill(sleeper, 9)
+
+
+def test_a_pool_whose_groups_are_not_taken_stops_starting_new_ones(tmp_path):
+    """A trainer in a long step takes no groups: the pool begins at most one step's worth (max_sessions / group
+    size) plus one that are not taken, then waits; once they are taken it starts again. (Without the bound a
+    9-minute first step on vLLM's CPU build left ~50 groups that all went stale, and 8 steps trained on nothing.)"""
+    task = make_task(tmp_path / "tasks", "t0")
+    started = itertools.count()
+
+    async def go():
+        up = Upstream()
+        url = await up.start()
+        client = SV.Client(url)
+        proxy = R.Proxy(client, adapter=lambda: ("m", 0))
+        await proxy.start()
+        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
+                             tmp_path / "sb", max_sessions=8, group_size=4, **NUMBERS)
+        pool.start()
+        for _ in range(300):                        # until two groups wait and nothing else finishes
+            await asyncio.sleep(0.1)
+            if pool.groups.qsize() >= 3 and pool.in_flight == 0:
+                break
+        await asyncio.sleep(2)
+        held = (pool.groups.qsize(), pool.in_flight, next(started))
+        for _ in range(3):
+            await asyncio.wait_for(pool.groups.get(), 60)
+        await asyncio.wait_for(pool.groups.get(), 120)              # taken: new groups start and finish
+        await pool.stop()
+        await proxy.stop()
+        await client.close()
+        await up.runner.cleanup()
+        return held
+    queued, in_flight, n = asyncio.run(go())
+    assert (queued, in_flight) == (3, 0) and n == 3, (queued, in_flight, n)
 
 
 def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_path, monkeypatch):
