@@ -114,7 +114,9 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
         cmd += ["--tensor-parallel-size", str(len(gpus))]
     if memory:
         cmd += ["--gpu-memory-utilization", str(memory)]
-    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+    # idle connections: vLLM's uvicorn keeps them 5 s, our client 3 s (KEEP_ALIVE) - too close on a loaded machine,
+    # where either event loop's timers run late (a request sent just as the server closed: "Server disconnected")
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="1", VLLM_HTTP_TIMEOUT_KEEP_ALIVE="60")
     if gpus:       # indices count among the GPUs this process sees: mapped through its own CUDA_VISIBLE_DEVICES
         seen = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(seen[g] if g < len(seen) else str(g) for g in gpus)
@@ -324,7 +326,7 @@ class Client:
             await asyncio.sleep(min(2 ** attempt, 10))
 
     async def chat(self, body):
-        return await self.post("/v1/chat/completions", body, resend=1)
+        return await self.post("/v1/chat/completions", body, resend=2)
 
     async def load_adapter(self, name, path, retries=3, replace=False):
         """replace: a name the server already holds gets these weights (vLLM's load_inplace) instead of a 400."""

@@ -350,6 +350,7 @@ def test_vllm_command_has_the_documented_flags(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
     cmd, env = SV.vllm_command(ckpt, 8123, rank=32, max_loras=3 * G.live_versions(4))   # 3 trainers
     assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    assert float(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 3 * SV.KEEP_ALIVE     # it never closes a connection we reuse
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
     assert "--enable-lora" in cmd and "--enable-auto-tool-choice" in cmd
     assert flags["--max-lora-rank"] == "32" and flags["--max-loras"] == str(3 * (4 + 2))
