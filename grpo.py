@@ -1,14 +1,13 @@
 """GRPO, the algorithm: rewards, advantages, turns -> token sequences, staleness, packing, log-probs, the loss.
 
 Plain functions and dataclasses, no model or server code (train.py wires them up). Sequences are the server's own
-token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step (or, with
-REDUCTIONS' "rollout", GRPO's mean over rollouts of each one's token-mean). Advantage
-estimators (`ESTIMATORS`, --advantage) and objectives (`LOSSES`, --loss) are registries. The recipe's numbers come
-in as arguments (recipe.py); the only defaults are numerics (eps, chunk sizes, MIN_SHARED) and temperature 1.
+token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step (--reduce rollout:
+GRPO's mean over rollouts, folded into the advantages). Advantage estimators (`ESTIMATORS`, --advantage) and
+objectives (`LOSSES`, --loss) are registries. The recipe's numbers come in as arguments (recipe.py); the only
+defaults are numerics (eps, chunk sizes, MIN_SHARED) and temperature 1.
 
-Left out: reward models, value functions, std-free advantages,
-distributed logic; prefix sharing deeper than one level (a branch of a branch) or over trained tokens (their loss
-terms differ per sequence).
+Left out: reward models, value functions, std-free advantages, distributed logic; prefix sharing deeper than one
+level (a branch of a branch) or over trained tokens (their loss terms differ per sequence).
 """
 from __future__ import annotations
 
