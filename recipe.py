@@ -19,6 +19,7 @@ SHARED = dict(
     group_size=8,                       # rollouts per task (GRPO group)
     lr=1e-5, weight_decay=0.0, grad_clip=1.0,
     micro_batches=4,                    # a step = at most 4 packed micro-batches
+    recompute="on",                     # activation checkpointing: a micro-batch's memory is its layers' inputs
     max_staleness=4,                    # drop rollouts begun more than 4 adapter versions ago
     bonus=0.1, bonus_scale=15,          # reward = score + 0.1 * (1 - tool_calls / 15) on full passes
     advantage="group",                  # (r - mean) / std within each task's group (grpo.ESTIMATORS)
@@ -44,9 +45,10 @@ SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, st
 # (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format; context and token
 # budget: the real harnesses' prompts in its 665-token vocabulary (pi ~3 200 tokens, opencode ~18 200, hermes
 # ~27 700; hermes refuses a context under 64 000), a hermes rollout whole in one of the 4 rows; sessions: a step of 4
-# groups (mini seed 1 at 5: 1.5x reward, calls 0.89x; at 4: 3.8x, 0.46x; pi learns at 5, --sessions 40)
+# groups (mini seed 1 at 5: 1.5x reward, calls 0.89x; at 4: 3.8x, 0.46x; pi learns at 5, --sessions 40); recompute:
+# off, its activations are small (a 12 800-token pi row: 630 MB kept, 290 recomputed, 1.2 s vs 1.7 s a step)
 TINY = dict(steps=24, sessions=32, token_budget=131072, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
-            server="local", max_tokens=72, context=65536, save_every=4, warm_start=WARM_START)
+            server="local", max_tokens=72, context=65536, save_every=4, recompute="off", warm_start=WARM_START)
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3

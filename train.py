@@ -286,6 +286,7 @@ def build(cfg, path, device, names):
     """Every rank: the frozen base, one Learner (adapter + optimizer) per harness, the model wrapped for data
     parallelism (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process)."""
     model, lock = C.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
+    model.gradient_checkpointing = cfg["recompute"] == "on"            # activation checkpointing (--recompute)
     learners = [Learner(model, trainer_name(n), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"], lock=lock,
                         weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"] + i,
                         base=str(cfg["model"])) for i, n in enumerate(names)]

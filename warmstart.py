@@ -148,8 +148,9 @@ def nll_loss(learner, net, mb, num_tokens):
 
 
 def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micro_batches, seed, grad_clip=1.0,
-          weight_decay=0.0, save_every=0, resume=False, merged=None, device="cpu", log=print):
-    """SFT of a fresh LoRA on `demos`, `batch` demonstrations a step (a seeded sample of them).
+          weight_decay=0.0, save_every=0, resume=False, merged=None, device="cpu", recompute=False, log=print):
+    """SFT of a fresh LoRA on `demos`, `batch` demonstrations a step (a seeded sample of them); `recompute`:
+    activation checkpointing (the run's --recompute).
     Writes out/adapter (PEFT), out/checkpoint.pt (every save_every steps; resume=True continues from it) and,
     with `merged`, the merged checkpoint folder there. Returns (adapter dir, [loss per step])."""
     if not demos:
@@ -157,6 +158,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = C.load_model(base, device=device)
+    model.gradient_checkpointing = recompute
     learner = Learner(model, ADAPTER, rank=rank, alpha=alpha, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
                       seed=seed, lock=threading.Lock(), base=str(base), alone=True)   # under torchrun: rank 0's
     start, losses = 0, []
@@ -203,12 +205,13 @@ def _digest(*paths):
     return h.hexdigest()[:12]
 
 
-def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=print) -> Path:
+def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recompute=False, log=print) -> Path:
     """The agentic base of checkpoint `raw` for `harness` (a name, or several: one base for all of them, as the
     recipe's three trainers share one model; each harness demonstrates every warm-up task samples / len(harness)
     times, at least once), made on first use and cached beside it. warm: the recipe row's warm start (suite, samples,
     waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches); held_out: the run's held-out task names,
-    never demonstrated (excluded from warm["suite"])."""
+    never demonstrated (excluded from warm["suite"]); recompute: the SFT's activation checkpointing (not in the key:
+    it changes the memory, not the base)."""
     harnesses = [harness] if isinstance(harness, str) else list(dict.fromkeys(harness))
     harness = harnesses[0] if len(harnesses) == 1 else harnesses      # one harness: the key it always had
     samples = max(1, round(warm["samples"] / len(harnesses)))
@@ -249,7 +252,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), log=pr
         with C.atomic_dir(path, replace=True) as tmp:
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
-                  merged=tmp / "model", log=lambda s: log("  " + s) if any(
+                  merged=tmp / "model", recompute=recompute, log=lambda s: log("  " + s) if any(
                       f" {k}/{warm['steps']} " in s for k in (1, warm["steps"] // 2, warm["steps"])) else None)
             for f in (tmp / "model").iterdir():
                 f.rename(tmp / f.name)
@@ -273,4 +276,4 @@ def base_path(cfg, harness, held_out=(), log=print) -> Path:
     if not warm:
         return raw
     return agentic_base(raw, harness, cfg["warm_start"], max_tokens=cfg["max_tokens"], context=cfg["context"],
-                        held_out=held_out, log=log)
+                        held_out=held_out, recompute=cfg.get("recompute") == "on", log=log)

@@ -302,6 +302,23 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
         assert torch.allclose(G.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
 
 
+def test_default_chunk_holds_a_large_vocabulary_to_the_logit_block(monkeypatch):
+    """The default chunk is sized by logits, not tokens: a 49k vocabulary (SmolLM2) takes 682-token chunks of
+    LOGIT_BLOCK logits, where 2 048 tokens would hold 3x that; the values equal the naive ones either way."""
+    seen = []
+    real = G._TokenLogprobs.apply
+    monkeypatch.setattr(G._TokenLogprobs, "apply", lambda h, w, t, chunk: seen.append(chunk) or real(h, w, t, chunk))
+    torch.manual_seed(0)
+    h, t = torch.randn(1, 9, 8), torch.randint(0, 100, (1, 9))
+    for vocab, want in ((100, 2048), (49152, G.LOGIT_BLOCK // 49152), (G.LOGIT_BLOCK * 2, 1)):
+        w = torch.randn(vocab, 8) if vocab <= 49152 else torch.randn(1, 8).expand(vocab, 8)
+        with torch.no_grad():
+            got = G.token_logprobs(h, w, t)
+        assert seen[-1] == want
+        if vocab <= 49152:
+            assert torch.allclose(got, torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0], atol=1e-5)
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
 def test_logprobs_at_the_sampling_temperature_equal_the_samplers(temperature):
     """The trainer's pi is of the distribution the server sampled from (engine.sample: processed logprobs)."""
