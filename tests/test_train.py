@@ -626,10 +626,11 @@ def rank_children(pid, pids=False):
 @pytest.mark.parametrize("fsdp", ["off", "on"])
 def test_torchrun_two_ranks_then_killed_and_resumed_on_one(tmp_path, env, fsdp):
     """Issue 19: 2 ranks (DDP, or FSDP2) train the main job: one metrics line per step, one adapter per version,
-    the rollouts driven once (rank 0); killed with -9 mid-run, the run resumes in one process."""
+    the rollouts driven once (rank 0); killed with -9 mid-run, the run resumes in one process. FSDP2 runs with
+    --recompute on, as the recipe's GPU rows do (activation checkpointing inside the sharded blocks)."""
     run = tmp_path / "runs" / "r"
     args = ["--model", "tiny", *RAW, "--runs", str(tmp_path / "runs"), "--name", "r", "--sessions", "16", "--save-every", "1",
-            "--fsdp", fsdp]
+            "--fsdp", fsdp, "--recompute", fsdp]
     p = torchrun([*args, "--steps", "3"], env)
     spawned = {}              # rank -> most child processes seen (harness sessions, the sandbox): only rank 0 has any
     while p.poll() is None:
