@@ -63,7 +63,7 @@ KNOBS = {
     "grad_clip": Knob("gradient norm clip", _num(0, lo_open=True)),
     "micro_batches": Knob("packed micro-batches per step (one forward/backward each)", _int(1)),
     "recompute": Knob("on: activation checkpointing, each decoder layer recomputed in backward (a micro-batch keeps "
-                      "only its layers' inputs: SmolLM2 on 4 096 tokens 6.5 -> 0.9 GB; ~1.4x the step time on the "
+                      "only its layers' inputs: SmolLM2 on 4 096 tokens +6.5 -> +2.0 GB; ~1.4x the step time on the "
                       "tiny model); off: every activation kept", _one_of("on", "off"), resume=True),
     "max_staleness": Knob("drop rollouts begun more than this many adapter versions ago", _int(0)),
     "bonus": Knob("reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)", _num(0)),

@@ -355,8 +355,9 @@ LOGIT_BLOCK = 1 << 25      # fp32 logits per chunk (128 MB): 2 048 tokens of a 1
 def token_logprobs(hidden, lm_head_weight, targets, chunk=None, temperature=1.0):
     """log p(targets) (fp32) from final hidden states [.., T, H] and the output embedding [V, H], `chunk` tokens at a
     time (default: LOGIT_BLOCK logits, at most 2 048 tokens): peak extra memory a few [chunk, V] fp32 blocks plus a
-    [T, H] gradient buffer (if the embedding trains, chunks are recomputed in backward instead). `temperature`: the server's, so pi and mu are of one distribution (as verl
-    and slime); T <= 0 (greedy) counts as 1; top-p / top-k truncation is not modelled."""
+    [T, H] gradient buffer (if the embedding trains, chunks are recomputed in backward instead). `temperature`: the
+    server's, so pi and mu are of one distribution (as verl and slime); T <= 0 (greedy) counts as 1; top-p / top-k
+    truncation is not modelled."""
     shape = targets.shape
     chunk = chunk or max(1, min(2048, LOGIT_BLOCK // lm_head_weight.shape[0]))
     h, tg = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1).to(hidden.device)

@@ -310,13 +310,14 @@ def test_default_chunk_holds_a_large_vocabulary_to_the_logit_block(monkeypatch):
     monkeypatch.setattr(G._TokenLogprobs, "apply", lambda h, w, t, chunk: seen.append(chunk) or real(h, w, t, chunk))
     torch.manual_seed(0)
     h, t = torch.randn(1, 9, 8), torch.randint(0, 100, (1, 9))
-    for vocab, want in ((100, 2048), (49152, G.LOGIT_BLOCK // 49152), (G.LOGIT_BLOCK * 2, 1)):
-        w = torch.randn(vocab, 8) if vocab <= 49152 else torch.randn(1, 8).expand(vocab, 8)
+    for vocab, block, want in ((100, G.LOGIT_BLOCK, 2048), (49152, G.LOGIT_BLOCK, G.LOGIT_BLOCK // 49152),
+                               (300, 200, 1)):       # a vocabulary over the block: one token a chunk
+        monkeypatch.setattr(G, "LOGIT_BLOCK", block)
+        w = torch.randn(vocab, 8)
         with torch.no_grad():
             got = G.token_logprobs(h, w, t)
         assert seen[-1] == want
-        if vocab <= 49152:
-            assert torch.allclose(got, torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0], atol=1e-5)
+        assert torch.allclose(got, torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0], atol=1e-5)
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
