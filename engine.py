@@ -2,12 +2,16 @@
 
 Continuous batching: between decode steps the engine thread runs commands (so adapter changes never race a forward)
 and prefills queued requests, up to max_batch; a step advances every active row one token, each with its own adapter,
-rows in the cache's fixed slots (kvcache.py). Logprobs are those of the distribution sampled from (vLLM's
+rows in the cache's fixed slots (kvcache.py). Its K/V has a fixed budget in bytes: a request is admitted while the
+batch, at its longest row, fits it; when growing rows outgrow it the newest row is preempted - its slot freed, its
+request queued first, later prefilled again over prompt + tokens so far and continued (vLLM's recompute preemption;
+its tokens and logprobs stand). Logprobs are those of the distribution sampled from (vLLM's
 processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a prefill starts from the longest stored
 prompt it begins with. A fault ends its request alone; an error in a step fails the active batch, serving goes on.
 
 Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt is
-continued from its end only: its conv state is there), batched prefill, preemption (inference.py refuses up front).
+continued from its end only: its conv state is there), batched prefill, the prefill's own transient K/V and the
+prompt cache in the budget (the prompt cache has its own), swapping preempted rows out instead of recomputing.
 """
 from __future__ import annotations
 
@@ -50,6 +54,8 @@ class Request:
     loop: asyncio.AbstractEventLoop | None = None
     gen: torch.Generator | None = None
     cancelled: bool = False                 # its client went away: the engine drops it at the next step
+    preempted: int = 0                      # times its row gave its K/V back (it goes on from prompt + out_ids)
+    admitted: int = 0                       # the engine's admission count when it joined the batch (newest: highest)
 
     def emit(self, *event):
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
@@ -63,6 +69,21 @@ def return_freed_memory():
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)    # M_MMAP_THRESHOLD = -3
     except (OSError, AttributeError):
         pass
+
+
+def kv_budget(gb, device) -> float:
+    """The decode cache's budget in bytes: `gb` GiB, or for 0 a share of the memory free at start - 1/8 of the
+    host's available memory on a CPU (rollouts' processes and training share it), 1/4 of a GPU's free memory."""
+    if gb:
+        return gb * 2**30
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] / 4
+    try:
+        avail = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable"))
+    except (OSError, StopIteration, ValueError):
+        avail = 16 * 2**30
+    return avail / 8
 
 
 def sample(logits, temperature, top_p, gen, top_k=0):
@@ -89,7 +110,7 @@ class Engine:
     SHARED_MIN = 32     # fewest tokens shared with a stored prompt worth storing the shared part on its own
 
     def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_bytes=1.5e9):
+                 prompt_cache_bytes=1.5e9, kv_bytes=None):
         self.model, self.fmt, self.threads = model, fmt, threads
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_bytes of K/V
         # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter
@@ -98,13 +119,18 @@ class Engine:
         per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * model.lm_head.weight.element_size() * sum(
             lt != "conv" for lt in cfg.layer_types)
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), int(prompt_cache_bytes // max(1, per_token))
+        # the decode batch's K/V: rows x the longest row's positions (None: unbounded); one row alone always runs
+        self.kv_per_token = per_token
+        self.kv_positions = None if kv_bytes is None else max(1, int(kv_bytes // max(1, per_token)))
+        self.preemptions, self.admissions, self.kv_peak = 0, 0, 0    # kv_peak: most slots x positions held
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
         return_freed_memory()
         self.max_batch, self.max_queue = max_batch, max_queue
         self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
         self.pending, self.commands = queue.Queue(), queue.Queue()
-        self.active, self.cache = [], model.new_cache(0)
+        self.active, self.cache = [], self._new_cache()
+        self.held = collections.deque()     # taken from `pending` (engine thread only): waiting for room in the budget
         self.adapters = {}          # name -> path
         self.removing = set()
         self.wake = threading.Event()
@@ -116,7 +142,7 @@ class Engine:
     def submit(self, req: Request):
         if not self.alive():
             raise RequestError("the engine has stopped", 503, "ServiceUnavailableError")
-        if self.pending.qsize() >= self.max_queue:
+        if self.waiting() >= self.max_queue:
             raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
         req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
         req.gen = torch.Generator().manual_seed(req.seed if req.seed is not None else random.getrandbits(63))
@@ -148,8 +174,12 @@ class Engine:
         while self.running:
             try:
                 self._run_commands()
-                while len(self.active) < self.max_batch and not self.pending.empty():
-                    self._prefill(self.pending.get_nowait())
+                while not self.pending.empty():
+                    self.held.append(self.pending.get_nowait())
+                while self.held and self.held[0].cancelled:     # its client left while it waited
+                    self._prefill(self.held.popleft())
+                while self.held and len(self.active) < self.max_batch and self._fits(self.held[0]):
+                    self._prefill(self.held.popleft())
                     self._run_commands()        # an adapter publish waits for one prefill at most, not all
                 if self.active:
                     self._step()
@@ -161,15 +191,48 @@ class Engine:
                 traceback.print_exc()
                 self._fail_active(f"engine error: {type(e).__name__}: {e}")
 
+    def _new_cache(self):
+        return self.model.new_cache(0, 256 if self.kv_positions is None else 16, budget=self.kv_positions)
+
     def _fail_active(self, message):
         for r in self.active:
             r.emit("error", message)
-        self.active, self.cache = [], self.model.new_cache(0)
+        self.active, self.cache = [], self._new_cache()
 
     def _fail_all(self, message):
         self._fail_active(message)
+        while self.held:
+            self.held.popleft().emit("error", message)
         while not self.pending.empty():
             self.pending.get_nowait().emit("error", message)
+
+    def waiting(self):
+        """Requests queued, not decoding (for the event loop: an estimate, read without the engine's lock)."""
+        return self.pending.qsize() + len(self.held)
+
+    @staticmethod
+    def _length(req):
+        return len(req.prompt_ids) + len(req.out_ids)
+
+    def _fits(self, req):
+        """Whether `req` may join the batch: its rows, each at the longest row's length (+1: the next token),
+        inside the KV budget. An empty batch takes any request (inference.py bounds one by the model's length)."""
+        if not self.active or self.kv_positions is None:
+            return True
+        longest = max(int(self.cache.lengths.max()), self._length(req)) + 1
+        return (len(self.active) + 1) * longest <= self.kv_positions
+
+    def _preempt(self):
+        """Give back the K/V of the newest rows until the batch's next step fits the budget (never the last row)."""
+        while self.kv_positions is not None and len(self.active) > 1 and \
+                len(self.active) * (int(self.cache.lengths.max()) + 1) > self.kv_positions:
+            newest = max(range(len(self.active)), key=lambda i: self.active[i].admitted)
+            req = self.active[newest]
+            order = self.cache.remove([newest])
+            self.active = [self.active[i] for i in order]
+            req.preempted += 1
+            self.preemptions += 1
+            self.held.appendleft(req)       # first in line: it was running
 
     def _run_commands(self):
         while not self.commands.empty():
@@ -181,13 +244,17 @@ class Engine:
             loop.call_soon_threadsafe(lambda f=fut, r=res, e=err: f.done() or (f.set_exception(e) if e else
                                                                                    f.set_result(r)))
         for name in list(self.removing):      # unload once no running request still uses it
-            if all(r.adapter != name for r in self.active + list(self.pending.queue)):
+            if all(r.adapter != name for r in self.active + list(self.held) + list(self.pending.queue)):
                 self.forget(name)
                 L.remove_adapter(self.model, name)
                 self.removing.discard(name)
 
     def _prefill(self, req: Request):
-        key = (req.adapter, tuple(req.prompt_ids))
+        if req.cancelled:       # left while it waited: no prefill for nobody
+            req.finish_reason = "abort"
+            req.emit("done", "abort")
+            return
+        key = (req.adapter, tuple(req.prompt_ids) + tuple(req.out_ids))     # out_ids: a preempted row going on
         if key in self.prompts:
             self.prompts.move_to_end(key)
             cache, logits = self.prompts[key]
@@ -195,13 +262,16 @@ class Engine:
         else:
             try:
                 L.set_adapter(self.model, req.adapter)
-                cache, logits = self._compute(key, len(req.prompt_ids))   # decode room: the batch's slots
+                cache, logits = self._compute(key, len(key[1]))   # decode room: the batch's slots
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return
-            self._remember(key, cache, logits)
+            if not req.out_ids:     # a preempted row's prompt + tokens is its own, not a prompt to share
+                self._remember(key, cache, logits)
         if self._accept(req, logits, bool(torch.isfinite(logits).all())):
             self.cache.extend(cache)
+            self.admissions += 1
+            req.admitted = self.admissions
             self.active.append(req)
 
     def _compute(self, key, capacity):
@@ -266,6 +336,7 @@ class Engine:
             self.prompt_tokens -= self._slots(key, self.prompts.pop(key)[0])
 
     def _step(self):
+        self._preempt()
         rows = [r.adapter for r in self.active]
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
         try:
@@ -275,6 +346,7 @@ class Engine:
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")
             return
+        self.kv_peak = max(self.kv_peak, self.cache.slots * self.cache.cap)
         finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
         gone = [i for i, r in enumerate(self.active) if not self._accept(r, logits[i], finite[i])]
         if gone:
@@ -282,7 +354,7 @@ class Engine:
             order = self.cache.remove(gone)
             self.active = [self.active[i] for i in order]
         if not self.active:     # idle: give the slots back (the next batch regrows them by doubling)
-            self.cache = self.model.new_cache(0)
+            self.cache = self._new_cache()
 
     def _accept(self, req: Request, logits, finite: bool) -> bool:
         """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose

@@ -95,6 +95,9 @@ KNOBS = {
                  resume=True),
     "gpu_memory": Knob("the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
                        _num(0, 1, lo_open=True), resume=True),
+    "kv_cache": Knob("GiB of K/V the embedded server's decode batch may hold: past it requests wait (time not charged "
+                     "to the agent) or the newest row is preempted and resumed; 0: auto, 1/8 of the memory available "
+                     "at start on a CPU, 1/4 of a GPU's free memory", _num(0), resume=True),
 }
 # the flags of where and how a run runs, outside the table: --resume may change them; --dashboard's port is checked
 RESUME_OVERRIDES = tuple(k for k, kn in KNOBS.items() if kn.resume) + (

@@ -25,7 +25,7 @@ import checkpoint as C
 import lora as L
 from chat import ChatFormat
 import servers as SV
-from engine import Engine, Request, RequestError
+from engine import Engine, Request, RequestError, kv_budget
 from servers import MAX_BODY, ChatStream, Handle, new_key
 
 CHAT_FIELDS = {  # field -> accepted types; everything else is refused with a 400 naming the field
@@ -68,7 +68,7 @@ class Server:
     trainer's thread trains the live adapters while this server's thread serves saved versions)."""
 
     def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None,
-                 threads=None, api_key=None):
+                 threads=None, api_key=None, kv_cache=0):
         self.api_key = api_key          # None: open (vLLM's default too); else every route but /health needs it
         self.path = C.resolve_model(model_path)
         self.name = name or str(model_path)
@@ -76,7 +76,8 @@ class Server:
         if not hasattr(self.model, "lora_routing"):
             L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
         self.fmt = ChatFormat.from_checkpoint(self.path)
-        self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len, threads=threads)
+        self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len, threads=threads,
+                             kv_bytes=kv_budget(kv_cache, self.model.lm_head.weight.device))
 
     def app(self):
         @web.middleware
@@ -356,13 +357,15 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
 
 
 def start_server(kind, model_path, *, name=None, context=None, run_dir="runs/serve", model=None, threads=None,
-                 rank=None, max_loras=1, gpus=None, memory=None, api_key="new", **kw) -> Handle:
+                 rank=None, max_loras=1, gpus=None, memory=None, api_key="new", kv_cache=0, **kw) -> Handle:
     """The server of a run or an eval, serving the base as `name` (default: the path) with `context` tokens (default:
     the checkpoint's). kind: "local" (embedded; model: a loaded model to share, threads: its decode threads), "vllm"
     (log in run_dir, `max_loras` adapters of rank up to `rank`, on `gpus` with `memory` of each), or the URL of a
-    server someone else runs (its key: $HARNESS_RL_API_KEY). api_key: "new" (a random one), a key, or None."""
+    server someone else runs (its key: $HARNESS_RL_API_KEY). api_key: "new" (a random one), a key, or None.
+    kv_cache: the embedded engine's K/V budget in GiB (0: engine.kv_budget's share of free memory)."""
     if kind == "local":
-        return start_local(model_path, model=model, name=name, max_model_len=context, threads=threads, api_key=api_key)
+        return start_local(model_path, model=model, name=name, max_model_len=context, threads=threads, api_key=api_key,
+                           kv_cache=kv_cache)
     if kind == "vllm":
         return SV.start_vllm(model_path, run_dir, rank=rank, max_loras=max_loras, served_name=name,
                              max_model_len=context, gpus=gpus, memory=memory, api_key=api_key, **kw)

@@ -2,32 +2,42 @@
 row slots, so a row joining or leaving the decode batch copies that one row, not the whole batch.
 
 The batch's B rows are slots 0..B-1, so a decode step runs over a view of them; `extend` writes new rows into the next
-free slots, `remove` moves the last rows into the holes. Slots and positions grow by doubling. Rows sit at different
-lengths: a mask over the padded capacity shows each row its own positions (sliding windows: masked, not dropped).
+free slots, `remove` moves the last rows into the holes. Slots and positions grow by doubling, within `budget`
+(slots x positions, the engine's KV budget): past it the slots shrink to the rows in use, and the engine admits and
+preempts rows so B x the longest row stays inside it. Rows sit at different lengths: a mask over the padded capacity
+shows each row its own positions (sliding windows: masked, not dropped).
 
-Left out: paging (a row's positions are contiguous), shrinking (the capacity stays at the longest row seen until
+Left out: paging (a row's positions are contiguous, so the budget counts every row at the longest one's length),
+sliding layers' K/V past their window (kept), shrinking positions (the capacity stays at the longest row seen until
 the engine starts a new cache), branches (a row is one sequence).
 """
 import torch
 import torch.nn.functional as F
 
 
-def _grow(c, n, dim):
-    """c zero-padded along dim (0: row slots, 2: positions) to hold n: to n or to twice its size, the larger."""
-    if c.shape[dim] >= n:
-        return c
-    pad = list(c.shape)
-    pad[dim] = max(n, 2 * c.shape[dim]) - c.shape[dim]
-    return torch.cat([c, c.new_zeros(pad)], dim)
+def _resized(c, slots, cap=None):
+    """c cut or zero-padded to `slots` rows (dim 0) and, for K/V, `cap` positions (dim 2)."""
+    shape = list(c.shape)
+    shape[0] = slots
+    if cap is not None:
+        shape[2] = cap
+    out = c.new_zeros(shape)
+    n, m = min(slots, c.shape[0]), min(shape[2], c.shape[2]) if cap is not None else None
+    if cap is None:
+        out[:n] = c[:n]
+    else:
+        out[:n, :, :m] = c[:n, :, :m]
+    return out
 
 
 class Cache:
     """Per-row decoding state in slots: K/V per attention layer [slots, hkv, cap, D], conv state per conv layer
     [slots, L-1, H] (the last L-1 values of B*x). `lengths[b]`: tokens row b holds; rows are slots 0..B-1."""
 
-    def __init__(self, model, batch_size: int, capacity: int = 256, causal=None):
+    def __init__(self, model, batch_size: int, capacity: int = 256, causal=None, budget=None):
         cfg, p = model.config, model.lm_head.weight
         self.causal = causal        # model.py's causal attention, for a fresh prefill (no import back up)
+        self.budget = budget        # slots x positions the buffers may hold (None: unbounded); one row may exceed it
         self.B, self.slots, self.cap = batch_size, batch_size, max(1, capacity)
         self.lengths = torch.zeros(batch_size, dtype=torch.long)
         self.kv, self.state = {}, {}
@@ -38,17 +48,29 @@ class Cache:
                 shape = (batch_size, cfg.num_key_value_heads, self.cap, cfg.head_dim)
                 self.kv[i] = (p.new_zeros(shape), p.new_zeros(shape))
 
+    def reserve(self, rows, positions):
+        """Room for `rows` rows of `positions` each. Grows by doubling (a full-buffer copy a handful of times per
+        engine life) as far as the budget allows; a row longer than the rest fits by shrinking the slots."""
+        cap, slots, budget = self.cap, self.slots, self.budget
+        room = (lambda other: 1 << 62) if budget is None else (lambda other: budget // max(1, other))
+        if positions > cap:
+            cap = max(positions, min(2 * cap, room(rows)))
+        if rows > slots:
+            slots = max(rows, min(2 * slots, room(cap)))
+        if budget is not None and slots * cap > budget:
+            slots = max(rows, self.B, room(cap))
+        if (slots, cap) == (self.slots, self.cap):
+            return
+        self.kv = {i: tuple(_resized(t, slots, cap) for t in kv) for i, kv in self.kv.items()}
+        self.state = {i: _resized(s, slots) for i, s in self.state.items()}
+        self.slots, self.cap = slots, cap
+
     def extend(self, other: "Cache"):
         """Write `other`'s rows (e.g. a freshly prefilled request) into free slots after this batch's rows."""
         B, ob = self.B, other.B
         n = int(other.lengths.max()) if ob else 0
-        if B + ob > self.slots:             # doubling: a full-buffer copy a handful of times per engine life
-            self.slots = max(B + ob, 2 * self.slots)
-            self.kv = {i: tuple(_grow(t, self.slots, 0) for t in kv) for i, kv in self.kv.items()}
-            self.state = {i: _grow(s, self.slots, 0) for i, s in self.state.items()}
+        self.reserve(B + ob, n)
         for i, (kc, vc) in self.kv.items():
-            kc, vc = self.kv[i] = (_grow(kc, n, 2), _grow(vc, n, 2))
-            self.cap = max(self.cap, kc.shape[2])
             for t, o in ((kc, other.kv[i][0]), (vc, other.kv[i][1])):
                 t[B:B + ob, :, :n] = o[:ob, :, :n]
                 # a freed slot keeps its last row's values past n: masked, but a NaN there (a diverged adapter)
@@ -84,10 +106,9 @@ class Cache:
         N, h, D = q.shape
         T = N // B
         need = int(self.lengths.max()) + T
+        if need > self.cap:         # (every decode step passes here: grow only when full)
+            self.reserve(B, need)
         kc, vc = self.kv[layer]
-        if need > kc.shape[2]:      # (every decode step passes here: grow only when full)
-            kc, vc = self.kv[layer] = (_grow(kc, need, 2), _grow(vc, need, 2))
-            self.cap = max(self.cap, kc.shape[2])
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         if T == 1:      # decode: every row's new K/V in one indexed write, not B small copies
             rows, pos = torch.arange(B, device=kc.device), self.lengths.to(kc.device)

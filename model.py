@@ -486,5 +486,5 @@ class CausalLM(nn.Module):
         x = getattr(self.model, self.model.norm_name)(x).view(B, T, -1)
         return x if return_hidden else self.lm_head(x)
 
-    def new_cache(self, batch_size: int, capacity: int = 256) -> "Cache":
-        return Cache(self, batch_size, capacity, _causal)    # kvcache.py: slots, so rows join/leave cheaply
+    def new_cache(self, batch_size: int, capacity: int = 256, budget=None) -> "Cache":
+        return Cache(self, batch_size, capacity, _causal, budget)    # kvcache.py: slots, so rows join/leave cheaply

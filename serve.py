@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -49,17 +50,22 @@ def main(argv=None):
     ap.add_argument("--max-batch", type=int, default=64, help="sequences decoded together (default: %(default)s)")
     ap.add_argument("--max-model-len", type=int, default=None,
                     help="context length (default: the checkpoint's max_position_embeddings)")
+    ap.add_argument("--kv-cache", type=float, default=0, metavar="GIB",
+                    help="the decode batch's K/V budget: requests wait, or the newest is preempted and resumed, "
+                         "rather than grow past it (default: 0, auto: 1/8 of available memory, 1/4 of a GPU's free)")
     ap.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
                     help="adapter to load at start, repeatable (default: none)")
     ap.add_argument("--api-key", default=os.environ.get("HARNESS_RL_API_KEY"),
                     help="require `Authorization: Bearer KEY` on every route but /health (default: "
                          "$HARNESS_RL_API_KEY; unset: open, like vLLM)")
     args = ap.parse_args(argv)
+    if not (math.isfinite(args.kv_cache) and args.kv_cache >= 0):
+        ap.error(f"--kv-cache must be a number of GiB >= 0 (0: auto), got {args.kv_cache}")
     try:        # every bad --model or --lora is one line naming it, never a traceback
         path = tiny.model_path(args.model)
         try:
             srv = Server(path, name=args.served_model_name or args.model, max_batch=args.max_batch,
-                         max_model_len=args.max_model_len, api_key=args.api_key)
+                         max_model_len=args.max_model_len, api_key=args.api_key, kv_cache=args.kv_cache)
         except C.CheckpointError:
             raise
         except (OSError, ValueError, KeyError) as e:    # e.g. a tokenizer file that does not parse

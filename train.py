@@ -403,7 +403,8 @@ def start_server(cfg, path, model, mode, device, names, run_dir):
                           threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
                           max_loras=len(names) * G.live_versions(cfg["max_staleness"]), gpus=serve_on,
                           memory=serve_on and memory,
-                          api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new")
+                          api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new",
+                          kv_cache=cfg["kv_cache"])
 
 
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None):

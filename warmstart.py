@@ -170,6 +170,11 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
         start, losses, rng = st["step"], st["losses"], st["rng"]
         log(f"sft: resuming from {ckpt} at step {start}")
     seqs_of = [G.build_sequences(d.turns, 1.0, d.file) for d in demos]
+    row = token_budget // micro_batches     # grpo.pack truncates a longer sequence to a row, so a prompt past it
+    if lost := sum(not any(any(s.mask[1:row + 1]) for s in seqs) for seqs in seqs_of):     # trains nothing
+        raise DemoError(f"{lost} of {len(demos)} demonstrations have no trained token in a row of {row} tokens "
+                        f"(token_budget {token_budget} / micro_batches {micro_batches}): their prompts are longer; "
+                        "raise the token budget")
     t0 = time.time()
     for step in range(start, steps):
         pick = rng.sample(range(len(demos)), min(batch, len(demos)))

@@ -398,14 +398,16 @@ def test_tiny_configs_carry_the_whole_real_key_layout(model_type, tmp_path):
     assert ours["architectures"] == [families.FAMILIES[model_type].architecture]
 
 
-def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_path):
+@pytest.mark.parametrize("budget", [None, 40])
+def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_path, budget):
     # lfm3: conv, sliding and full attention layers; rows at different lengths; a row leaves from the middle
-    # (the last row moves into its slot) and a new one joins a freed slot that still holds NaN from its last row
+    # (the last row moves into its slot) and a new one joins a freed slot that still holds NaN from its last row.
+    # budget 40 (slots x positions; 3 rows reach 11): doubling is clamped and the slots shrink as the rows grow
     _, ours = save_hf(tmp_path, "lfm3")
     seqs = [rand_ids(n) for n in (12, 7, 15, 9)]
     with torch.no_grad():
         want = [ours(s[None])[0] for s in seqs]
-        batch = ours.new_cache(0, capacity=2)       # tiny: slots and positions both grow
+        batch = ours.new_cache(0, capacity=2, budget=budget)       # tiny: slots and positions both grow
         rows, got = [], {}
 
         def join(i, n):
@@ -419,6 +421,7 @@ def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_
             out = ours(toks, cache=batch)[:, 0]
             for j, i in enumerate(rows):
                 got[i].append(out[j:j + 1])
+            assert budget is None or batch.slots * batch.cap <= budget, (batch.slots, batch.cap)
 
         join(0, 5), join(1, 3), join(2, 6)
         step(), step()

@@ -649,6 +649,8 @@ def test_serve_py_takes_train_pys_tiny_model_and_answers_a_chat(cache_env, tmp_p
     ("{tmp}/empty", "{tmp}/empty: no config.json"),
     ("tiny --lora a={tmp}/missing", "{tmp}/missing"),
     ("tiny --lora a", "--lora 'a': expected NAME=PATH"),
+    ("tiny --kv-cache nan", "--kv-cache must be a number of GiB >= 0 (0: auto), got nan"),
+    ("tiny --kv-cache -1", "--kv-cache must be a number of GiB >= 0 (0: auto), got -1.0"),
 ])
 def test_serve_py_says_in_one_line_what_is_wrong_with_its_model(cache_env, tmp_path, model, needle):
     (tmp_path / "notes.txt").write_text("not a checkpoint\n")
@@ -723,3 +725,36 @@ def test_client_sends_again_when_the_server_drops_the_connection_before_replying
             server.close()
         return seen
     assert len(asyncio.run(go())) == 3
+
+
+def test_a_kv_budget_queues_and_preempts_rows_and_every_reply_keeps_a_fresh_forwards_logprobs(env):
+    """A budget of 160 positions for six 40-token replies to ~25-token prompts: requests wait for room, growing
+    rows preempt the newest (its K/V freed, later prefilled again over prompt + tokens so far), the buffers never
+    pass the budget, and every reply's logprobs are a fresh forward's over its whole sequence."""
+    per_token = env["engine"].kv_per_token
+    L.set_adapter(env["ref"], None)
+    h = S.start_local(env["ckpt"], port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None,
+                      kv_cache=160 * per_token / 2**30)
+    e = h.server.engine
+    assert e.kv_positions == 160
+
+    async def ask(i):
+        return (await post(h.url, "/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": f"Task {i}: count the files here."}],
+            "max_tokens": 40, "temperature": 1.0, "logprobs": True, "return_token_ids": True, "seed": i}))[1]
+
+    async def all_six():
+        return await asyncio.gather(*(ask(i) for i in range(6)))
+    try:
+        rs = run(all_six())
+    finally:
+        h.stop()
+    assert e.preemptions > 0 and 0 < e.kv_peak <= 160, (e.preemptions, e.kv_peak)
+    for r in rs:
+        prompt, out = r["prompt_token_ids"], r["choices"][0]["token_ids"]
+        assert len(out) == 40 or r["choices"][0]["finish_reason"] == "stop", r
+        with torch.no_grad():
+            logits = env["ref"](torch.tensor([prompt + out]))[0, len(prompt) - 1:-1]
+        want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
+        got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
+        assert (got - want).abs().max() <= 1e-4

@@ -218,6 +218,22 @@ def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, l
     assert calls and calls[0]["function"]["name"] in {"bash", "read", "write"}, fmt.decode(out)
 
 
+def test_demonstrations_whose_prompt_outgrows_a_row_stop_the_sft_up_front(tmp_path, lfm3):
+    """A row (token_budget / micro_batches) shorter than a demonstration's prompt leaves grpo.pack nothing to train
+    of it (truncated to the row, no trained token): the SFT says so before any step, naming the row, where a step of
+    only such demonstrations once ended in a TypeError (hermes' ~28 000-token prompt in 16 384-token rows)."""
+    fmt = ChatFormat.from_checkpoint(lfm3)
+    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=1, sessions=2,
+                         max_tokens=128, context=4096, waste=0))
+    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    prompt = min(len(d.turns[0].prompt_ids) for d in demos)
+    row = prompt // 2
+    with pytest.raises(W.DemoError, match=f"2 of 2 demonstrations have no trained token in a row of {row} tokens"):
+        W.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=2, batch=2, token_budget=2 * row,
+                micro_batches=2, seed=0, log=lambda s: None)
+
+
 def test_sft_cli_refuses_bad_input_in_one_line(tmp_path, lfm3):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
