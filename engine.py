@@ -215,12 +215,12 @@ class Engine:
         return len(req.prompt_ids) + len(req.out_ids)
 
     def _fits(self, req):
-        """Whether `req` may join the batch: its rows, each at the longest row's length (+1: the next token),
-        inside the KV budget. An empty batch takes any request (inference.py bounds one by the model's length)."""
+        """Whether `req` may join the batch: its rows, each at the buffers' length or the longest row's (+1: the next
+        token), inside the KV budget. An empty batch takes any request (inference.py bounds one by the model's length)."""
         if not self.active or self.kv_positions is None:
             return True
         longest = max(int(self.cache.lengths.max()), self._length(req)) + 1
-        return (len(self.active) + 1) * longest <= self.kv_positions
+        return self.cache.fits(len(self.active) + 1, longest)
 
     def _preempt(self):
         """Give back the K/V of the newest rows until the batch's next step fits the budget (never the last row)."""

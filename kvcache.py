@@ -61,9 +61,15 @@ class Cache:
             slots = max(rows, self.B, room(cap))
         if (slots, cap) == (self.slots, self.cap):
             return
-        self.kv = {i: tuple(_resized(t, slots, cap) for t in kv) for i, kv in self.kv.items()}
-        self.state = {i: _resized(s, slots) for i, s in self.state.items()}
+        for i in list(self.kv):     # layer by layer: the copy's peak is the buffers + one layer's, not twice them
+            self.kv[i] = tuple(_resized(t, slots, cap) for t in self.kv[i])
+        for i in list(self.state):
+            self.state[i] = _resized(self.state[i], slots)
         self.slots, self.cap = slots, cap
+
+    def fits(self, rows, positions):
+        """Whether `rows` rows of up to `positions` fit the budget at the buffers' length (which never shrinks)."""
+        return self.budget is None or rows * max(self.cap, positions) <= self.budget
 
     def extend(self, other: "Cache"):
         """Write `other`'s rows (e.g. a freshly prefilled request) into free slots after this batch's rows."""

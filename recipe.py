@@ -39,7 +39,7 @@ SHARED = dict(
 # merged: the cached agentic base. tiny: warm-up tasks (no toy task; waste 6: base 2.5-2.9 calls, 4: 1.5); SmolLM2:
 # its training split.
 WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
-                  token_budget=131072, micro_batches=4)      # a row of 32 768: a hermes demonstration (~28 000) whole
+                  token_budget=131072, micro_batches=2)  # rows of 65 536: hermes' ~28 000-token prompt + 8 branches
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
 # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest step

@@ -113,7 +113,8 @@ def progress(m):
             f"trunc {_f(m.get('trunc_frac'), '{:.2f}')} mm {_f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
             f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
             f"| in flight {m['in_flight']}" + (f" of {m['sessions']}" if m.get("sessions") else "")
-            + (" (cpu-bound)" if m.get("cpu_bound") else ""))
+            + (" (cpu-bound)" if m.get("cpu_bound") else "")
+            + (f" | kv preempted {m['kv_preempted']}" if m.get("kv_preempted") else ""))
 
 
 def read_metric(line):

@@ -233,7 +233,11 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
              "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
              **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
              "sync_time": tr.sync_time, "in_flight": pool.running, "sessions": pool.limit,
-             "cpu_bound": pool.cpu_bound, "served": tr.served, "time": t2}
+             "cpu_bound": pool.cpu_bound, "served": tr.served, "time": t2,
+             # the embedded server's decode K/V since the run started: rows it gave back to stay in its budget
+             # (--kv-cache), the most GiB it held
+             "kv_preempted": tr.server.engine.preemptions if tr.server else None,
+             "kv_peak_gb": tr.server.engine.kv_peak * tr.server.engine.kv_per_token / 2**30 if tr.server else None}
         RD.append_metrics(tr.run_dir, m)
         return m
     m = tr.last = await asyncio.to_thread(tr.optimize, packed, commit)

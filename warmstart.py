@@ -148,9 +148,12 @@ def nll_loss(learner, net, mb, num_tokens):
 
 
 def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micro_batches, seed, grad_clip=1.0,
-          weight_decay=0.0, save_every=0, resume=False, merged=None, device="cpu", recompute=False, log=print):
+          weight_decay=0.0, save_every=0, resume=False, merged=None, device="cpu", recompute=False, groups=None,
+          log=print):
     """SFT of a fresh LoRA on `demos`, `batch` demonstrations a step (a seeded sample of them); `recompute`:
-    activation checkpointing (the run's --recompute).
+    activation checkpointing (the run's --recompute); `groups`: a label per demonstration (its harness) - step k
+    samples from the k-th label's demonstrations, in turn, so a step's demonstrations share one system prompt and
+    grpo.pack computes it once (mixed, a step of three harnesses' 3 000-28 000-token prompts computed each).
     Writes out/adapter (PEFT), out/checkpoint.pt (every save_every steps; resume=True continues from it) and,
     with `merged`, the merged checkpoint folder there. Returns (adapter dir, [loss per step])."""
     if not demos:
@@ -176,8 +179,11 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
                         f"(token_budget {token_budget} / micro_batches {micro_batches}): their prompts are longer; "
                         "raise the token budget")
     t0 = time.time()
+    pools = [range(len(demos))] if groups is None else [
+        [i for i, g in enumerate(groups) if g == label] for label in dict.fromkeys(groups)]
     for step in range(start, steps):
-        pick = rng.sample(range(len(demos)), min(batch, len(demos)))
+        pool = pools[step % len(pools)]
+        pick = rng.sample(pool, min(batch, len(pool)))
         packed = G.pack([s for i in pick for s in seqs_of[i]], token_budget, micro_batches)
         if packed.waiting:
             raise DemoError(f"{len(packed.waiting)} sequence(s) of a batch of {batch} do not fit --token-budget "
@@ -253,10 +259,12 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             took = sum(bool(r["fired"]) for r in guard.scan(sorted(work.rglob("rollouts/**/*.json"))))
             log(f"  {took} of {len(rollouts)} demonstrations take the task's planted shortcut (guard.py scan; each "
                 f"drawn with p = {warm['cheat']}, recorded with the guard off)")
-        demos, skipped = read_demonstrations([work / h / "rollouts" for h in harnesses], fmt, context=context)
+        read = [read_demonstrations([work / h / "rollouts"], fmt, context=context) for h in harnesses]
+        demos, skipped = [d for ds, _ in read for d in ds], sum((k for _, k in read), collections.Counter())
         with C.atomic_dir(path, replace=True) as tmp:
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
+                  groups=[h for h, (ds, _) in zip(harnesses, read) for _ in ds] if len(harnesses) > 1 else None,
                   merged=tmp / "model", recompute=recompute, log=lambda s: log("  " + s) if any(
                       f" {k}/{warm['steps']} " in s for k in (1, warm["steps"] // 2, warm["steps"])) else None)
             for f in (tmp / "model").iterdir():

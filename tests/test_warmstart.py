@@ -234,6 +234,24 @@ def test_demonstrations_whose_prompt_outgrows_a_row_stop_the_sft_up_front(tmp_pa
                 micro_batches=2, seed=0, log=lambda s: None)
 
 
+def test_sft_steps_take_their_demonstrations_from_one_group_in_turn(tmp_path, lfm3, monkeypatch):
+    """groups (several harnesses' demonstrations: one system prompt each): step k packs only the k-th group's, so
+    a step computes one prompt, not each harness's."""
+    fmt = ChatFormat.from_checkpoint(lfm3)
+    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=2, sessions=4,
+                         max_tokens=128, context=4096, waste=0))
+    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    label = {d.file: json.loads(Path(d.file).read_text())["extra"]["task"] for d in demos}
+    packed, pack = [], W.G.pack
+    monkeypatch.setattr(W.G, "pack", lambda seqs, *a, **k: packed.append({label[s.rollout] for s in seqs}) or
+                        pack(seqs, *a, **k))
+    W.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=4, batch=2, token_budget=16384,
+            micro_batches=2, seed=0, groups=[label[d.file] for d in demos], log=lambda s: None)
+    first = label[demos[0].file]
+    assert len(demos) == 4 and packed == [{first}, {"toy-count", "toy-even"} - {first}] * 2, packed
+
+
 def test_sft_cli_refuses_bad_input_in_one_line(tmp_path, lfm3):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
