@@ -33,7 +33,7 @@ SHARED = dict(
     guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
     fit="on",                           # fewer sessions than asked while cores or memory cannot run them (pool.Fit)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
-    kv_cache=0,                         # GiB of K/V for the embedded server's decode batch (0: engine.kv_budget)
+    kv_cache=0.0,                       # GiB of K/V for the embedded server's decode batch (0: engine.kv_budget)
 )
 # Warm starts (warmstart.py, docs/warm-start.md): oracle demonstrations through the run's harness, SFT of a LoRA,
 # merged: the cached agentic base. tiny: warm-up tasks (no toy task; waste 6: base 2.5-2.9 calls, 4: 1.5); SmolLM2:

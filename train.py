@@ -360,7 +360,10 @@ def open_run(cfg, resume):
     on disk changes: (run_dir, lock, checkpoint or None); None for the run folder when the run is already done."""
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
     names = [trainer_name(h.strip()) for h in cfg["harness"].split(",") if h.strip()]
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:        # e.g. --run under a file, or a folder it may not write: one line, nothing started
+        raise SystemExit(f"train.py: cannot make the run folder {run_dir} (--runs / --run): {e.strerror or e}")
     run_lock, st = RD.lock(run_dir), None       # a second train.py on it is refused
     if resume:
         st, where = RD.read_checkpoint(run_dir, names)

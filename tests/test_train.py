@@ -193,12 +193,22 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     (["--max-tokens", "0"], "--max-tokens must be"), (["--lr", "nan"], "--lr must be a number > 0"),
     (["--temperature", "inf"], "--temperature"), (["--max-tokens", "5000", "--context", "4096"], "must be below --context"),
     (["--dashboard", "99999"], "--dashboard must be a port"), (["--dashboard", "-1"], "--dashboard must be a port"),
-    (["--guard", "maybe"], "--guard must be on or off"),
+    (["--guard", "maybe"], "--guard must be on or off"), (["--kv-cache", "nan"], "--kv-cache must be a number >= 0"),
+    (["--kv-cache", "-1"], "--kv-cache must be a number >= 0"),
 ])
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
     import train as T
     with pytest.raises(SystemExit, match=needle):
         RC.effective_config(T.parse_args(["--model", "tiny", *flags]))
+
+
+def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path, env):
+    (tmp_path / "file").write_text("not a folder\n")
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", "--runs", str(tmp_path / "file"),
+                        "--run", "r"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"train.py: cannot make the run folder {tmp_path / 'file' / 'r'} " \
+                                                "(--runs / --run): Not a directory", p.stderr
 
 
 def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
