@@ -53,8 +53,10 @@ class Cache:
         engine life) as far as the budget allows; a row longer than the rest fits by shrinking the slots."""
         cap, slots, budget = self.cap, self.slots, self.budget
         room = (lambda other: 1 << 62) if budget is None else (lambda other: budget // max(1, other))
-        if positions > cap:
-            cap = max(positions, min(2 * cap, room(rows)))
+        if positions > cap:     # doubling, leaving room for one more row; one row past the budget: a quarter more
+            grown = min(2 * cap, room(rows + 1))
+            cap = grown if grown >= positions else max(positions, min(2 * cap, room(rows))) if \
+                positions <= room(rows) else positions + max(16, cap // 4)
         if rows > slots:
             slots = max(rows, min(2 * slots, room(cap)))
         if budget is not None and slots * cap > budget:
