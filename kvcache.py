@@ -17,16 +17,11 @@ import torch.nn.functional as F
 
 def _resized(c, slots, cap=None):
     """c cut or zero-padded to `slots` rows (dim 0) and, for K/V, `cap` positions (dim 2)."""
-    shape = list(c.shape)
-    shape[0] = slots
+    shape = [slots, *c.shape[1:]]
     if cap is not None:
         shape[2] = cap
-    out = c.new_zeros(shape)
-    n, m = min(slots, c.shape[0]), min(shape[2], c.shape[2]) if cap is not None else None
-    if cap is None:
-        out[:n] = c[:n]
-    else:
-        out[:n, :, :m] = c[:n, :, :m]
+    out, kept = c.new_zeros(shape), tuple(slice(0, min(a, b)) for a, b in zip(shape, c.shape))
+    out[kept] = c[kept]
     return out
 
 
@@ -53,10 +48,13 @@ class Cache:
         engine life) as far as the budget allows; a row longer than the rest fits by shrinking the slots."""
         cap, slots, budget = self.cap, self.slots, self.budget
         room = (lambda other: 1 << 62) if budget is None else (lambda other: budget // max(1, other))
-        if positions > cap:     # doubling, leaving room for one more row; one row past the budget: a quarter more
-            grown = min(2 * cap, room(rows + 1))
-            cap = grown if grown >= positions else max(positions, min(2 * cap, room(rows))) if \
-                positions <= room(rows) else positions + max(16, cap // 4)
+        if positions > cap:     # doubling, leaving room for one more row if it can
+            if min(2 * cap, room(rows + 1)) >= positions:
+                cap = min(2 * cap, room(rows + 1))
+            elif positions <= room(rows):
+                cap = max(positions, min(2 * cap, room(rows)))
+            else:               # one row past the budget: a quarter more, not a copy every token
+                cap = positions + max(16, cap // 4)
         if rows > slots:
             slots = max(rows, min(2 * slots, room(cap)))
         if budget is not None and slots * cap > budget:
