@@ -312,6 +312,18 @@ def hf_state_dict(model: M.CausalLM, overrides=None) -> dict:
     return out
 
 
+def hub_cached(repo):
+    """(the Hugging Face cache folder, the snapshot of `repo` in it that has a config.json, or None) - no download."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
+    root = Path(hub) / ("models--" + repo.replace("/", "--"))
+    snaps, ref = root / "snapshots", root / "refs" / "main"
+    if ref.is_file() and (snaps / ref.read_text().strip() / "config.json").exists():
+        return hub, snaps / ref.read_text().strip()
+    candidates = [s for s in snaps.iterdir() if (s / "config.json").exists()] if snaps.is_dir() else []
+    return hub, max(candidates, key=lambda s: s.stat().st_mtime) if candidates else None
+
+
 def resolve_model(name_or_path) -> Path:
     """A checkpoint directory; a `*.gguf` file or a GGUF_MODELS name, converted once into the harness-rl cache; or
     a model name / HF repo id in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
@@ -333,15 +345,9 @@ def resolve_model(name_or_path) -> Path:
         raise CheckpointError(f"{name!r} is neither a checkpoint directory, a .gguf file, nor a known model "
                               f"({', '.join([*MODEL_REPOS, *GGUF_MODELS])}) or a Hugging Face repo "
                               "id (org/name)")
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
-    root = Path(hub) / ("models--" + repo.replace("/", "--"))
-    snaps, ref = root / "snapshots", root / "refs" / "main"
-    if ref.is_file() and (snaps / ref.read_text().strip() / "config.json").exists():
-        return snaps / ref.read_text().strip()
-    candidates = [s for s in snaps.iterdir() if (s / "config.json").exists()] if snaps.is_dir() else []
-    if candidates:
-        return max(candidates, key=lambda s: s.stat().st_mtime)
+    hub, cached = hub_cached(repo)
+    if cached is not None:
+        return cached
     print(f"{name}: not in the Hugging Face cache at {hub}; downloading {repo} ...", file=sys.stderr, flush=True)
     got, why = HUB.fetch(repo)
     if got is not None and (got / "config.json").is_file():

@@ -108,9 +108,11 @@ def sample(logits, temperature, top_p, gen, top_k=0):
 class Engine:
     """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
     SHARED_MIN = 32     # fewest tokens shared with a stored prompt worth storing the shared part on its own
+    MAX_BATCH = 64      # rows decoded together
+    PROMPT_CACHE = 1.5e9    # bytes of K/V the prompt cache keeps
 
-    def __init__(self, model, fmt: ChatFormat, max_batch=64, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_bytes=1.5e9, kv_bytes=None):
+    def __init__(self, model, fmt: ChatFormat, max_batch=MAX_BATCH, max_queue=512, max_model_len=None, threads=None,
+                 prompt_cache_bytes=PROMPT_CACHE, kv_bytes=None):
         self.model, self.fmt, self.threads = model, fmt, threads
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_bytes of K/V
         # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter

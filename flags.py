@@ -91,7 +91,8 @@ KNOBS = {
                           _num(0, lo_open=True), resume=True),
     "guard": Knob("on: the guard checks every tool call and zeroes a rollout it blocks; off: the ablation (guard.py "
                   "scan finds the calls it would have blocked)", _one_of("on", "off")),
-    "gpus": Knob("GPUs for --server vllm: half serve (tensor-parallel), half train; see --server-gpus", _int(0),
+    "gpus": Knob("GPUs to use: vLLM serves on half (tensor parallel), the embedded server on one; the rest train "
+                 "(torchrun, one rank each); 0: one GPU if there is one, shared; see --server-gpus", _int(0),
                  resume=True),
     "gpu_memory": Knob("the fraction of each of its GPUs vLLM may take (at most 0.5 of one it shares with training)",
                        _num(0, 1, lo_open=True), resume=True),
@@ -131,7 +132,8 @@ def parse_args(argv=None, *, shared, recipes, doc):
                     help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
     ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "
                                      "available, else cpu)")
-    ap.add_argument("--server-gpus", help="vLLM's GPUs, comma-separated indices (default: from --gpus)")
+    ap.add_argument("--server-gpus", help="the server's GPUs, comma-separated indices (vLLM: tensor parallel over "
+                                          "them; the embedded server: one) (default: from --gpus)")
     ap.add_argument("--train-gpus", help="the trainers' GPUs, one torchrun rank each (default: from --gpus)")
     ap.add_argument("--dashboard", nargs="?", const=0, type=int, metavar="PORT", help="serve the live dashboard "
                     "(dashboard.py) on --dashboard-host:PORT, no PORT: a free one (default: off; later: python "
@@ -141,6 +143,9 @@ def parse_args(argv=None, *, shared, recipes, doc):
                                         "(default: none; metrics.jsonl always)")
     ap.add_argument("--fsdp", choices=("auto", "on", "off"), help="under torchrun: on = FSDP2 (shard the base), off = "
                     "DDP (a whole copy per GPU); auto (default): FSDP2 when the weights take over 40%% of a GPU")
+    ap.add_argument("--plan", action="store_true", help="print where the run would go and what each device would "
+                                                        "hold (plan.py; from the model's config alone), then exit; on a "
+                                                        "machine without GPUs it plans for the row's --gpus H200s")
     ap.add_argument("--no-warm-start", action="store_true", default=None,
                     help="start GRPO from --model itself, not from its recipe row's agentic base (warmstart.py; "
                          "default: the row's warm start, tiny's)")
@@ -160,7 +165,7 @@ def effective_config(args, *, shared, recipes) -> dict:
             cfg = json.loads(cf.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise SystemExit(f"train.py: --resume {args.resume}: cannot read {cf} ({e}): not a run directory?")
-        given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs")}
+        given = {k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "runs", "plan")}
         if given.pop("no_warm_start", None) and cfg.get("warm_start"):
             raise SystemExit("train.py: --resume cannot change --no-warm-start: the run started from its agentic base")
         if refused := sorted(k for k in given if k not in RESUME_OVERRIDES and given[k] != cfg.get(k)):
@@ -177,7 +182,7 @@ def effective_config(args, *, shared, recipes) -> dict:
         raise SystemExit("train.py: --model is required (e.g. --model tiny), or --resume RUN_DIR")
     cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start",
-                                                                                  "model")})
+                                                                                  "model", "plan")})
     if args.no_warm_start:
         cfg["warm_start"] = None
     validate(cfg)

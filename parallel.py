@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
 import warnings
 
@@ -37,9 +38,10 @@ def env():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def init(device=None):
+def init(device=None, timeout=None):
     """(rank, world, device) for this process; with world > 1 under torchrun it joins the process group (NCCL for
-    CUDA tensors + gloo for CPU ones on GPUs, gloo alone on CPU). device: default cuda:LOCAL_RANK, else the CPU."""
+    CUDA tensors + gloo for CPU ones on GPUs, gloo alone on CPU). device: default cuda:LOCAL_RANK, else the CPU.
+    timeout: seconds a collective may wait (torch's default, 30 min for gloo, is less than a step may wait)."""
     rank, world, local = env()
     device = torch.device(device) if device else torch.device("cuda", local) if torch.cuda.is_available() else \
         torch.device("cpu")
@@ -48,7 +50,8 @@ def init(device=None):
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
         _die_with_parent()
-        dist.init_process_group("cuda:nccl,cpu:gloo" if cuda else "gloo", device_id=device if cuda else None)
+        dist.init_process_group("cuda:nccl,cpu:gloo" if cuda else "gloo", device_id=device if cuda else None,
+                                timeout=datetime.timedelta(seconds=timeout) if timeout else None)
     return rank, world, device
 
 

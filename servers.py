@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -64,24 +65,28 @@ def new_key():
     return "hrl-" + secrets.token_urlsafe(32)
 
 
-def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9):
-    """(GPUs vLLM serves on, GPUs that train, the fraction of its GPUs vLLM may take), as device indices. The recipe's
-    count splits in half, the server's half first with the odd one; on a GPU both share vLLM takes at most half.
-    server_gpus / train_gpus ("0,1"): the user's own split. Raises ValueError for GPUs this machine lacks."""
+def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9, local=False):
+    """(GPUs the server uses, GPUs that train, the fraction of its GPUs vLLM may take), as device indices. vLLM: the
+    recipe's count splits in half, the server's half first with the odd one (tensor parallel); the embedded server
+    (local=True) decodes on one GPU, the rest train. On a GPU both share vLLM takes at most half. server_gpus /
+    train_gpus ("0,1"): the user's own split. Raises ValueError for GPUs this machine lacks."""
     pick = lambda s: [int(x) for x in str(s).split(",") if x.strip()]      # noqa: E731
     if server_gpus is None and train_gpus is None:
         n = min(gpus, visible)
         if n == 0:
             return [], [], memory
-        half = (n + 1) // 2
+        half = 1 if local else (n + 1) // 2
         server, train = (list(range(half)), list(range(half, n))) if n > 1 else ([0], [0])
     else:
         server = list(dict.fromkeys(pick(server_gpus))) if server_gpus is not None else [0]
         train = list(dict.fromkeys(pick(train_gpus))) if train_gpus is not None else \
             ([g for g in range(visible) if g not in server] or server)[:1]       # one GPU: shared
+    if local and len(server) > 1:
+        raise ValueError(f"--server-gpus {server_gpus}: the embedded server decodes on one GPU (vLLM: several)")
     bad = sorted({g for g in server + train if not 0 <= g < visible})
     if bad or not server or not train:
-        raise ValueError(f"GPUs {bad or (server, train)}: this machine has {visible} GPU(s) (0..{visible - 1}); "
+        raise ValueError(f"GPUs {bad or (server, train)}: this machine has {visible} GPU(s)"
+                         f"{f' (0..{visible - 1})' if visible else ''}; "
                          "--server-gpus and --train-gpus take comma-separated indices among them")
     return server, train, min(memory, 0.5) if set(server) & set(train) else memory
 
@@ -91,8 +96,15 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
     """(`vllm serve` command line, environment) serving every adapter of a run from one server. rank: the run's LoRA
     rank; max_loras: adapters resident at once (trainers x grpo.live_versions(staleness)); None: vLLM's defaults (rank
     16, 1 LoRA). served_name: another name for the base model (eval.py asks by --model). gpus: device indices
-    (gpu_plan), tensor-parallel over all; memory: the fraction of each it may take."""
-    model_type = model_type or C.read_config(C.resolve_model(model_path)).model_type
+    (gpu_plan), tensor-parallel over all; memory: the fraction of each it may take. max_model_len is clamped to the
+    checkpoint's max_position_embeddings (vLLM refuses more), saying so."""
+    config = C.read_config(C.resolve_model(model_path)) if model_type is None or max_model_len else None
+    model_type = model_type or config.model_type
+    limit = config and config.raw.get("max_position_embeddings")
+    if max_model_len and isinstance(limit, int) and 0 < limit < max_model_len:
+        print(f"vLLM: context {max_model_len} is above {model_path}'s max_position_embeddings {limit}: serving "
+              f"{limit}", file=sys.stderr, flush=True)
+        max_model_len = limit
     if FAMILIES[model_type].vllm_tool_parser is None:
         raise ValueError(f"vLLM 0.33 has no {model_type.upper()} implementation: "
                          "use the embedded server (--server local)")
@@ -297,9 +309,12 @@ class Client:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.timeout = ClientTimeout(total=timeout)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session = None
+        self._session, self._closed = None, False
 
     async def close(self):
+        """Close the connections; a request after this fails (one still running at shutdown opened a new session
+        that nobody closed: "Unclosed client session")."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
 
@@ -309,6 +324,8 @@ class Client:
         disconnected"). Idle connections are dropped after KEEP_ALIVE s, before vLLM's server (5 s) drops them."""
         for attempt in range(retries + resend + 1):
             try:
+                if self._closed:
+                    raise RuntimeError(f"POST {path}: the client is closed")
                 if self._session is None or self._session.closed:
                     self._session = ClientSession(timeout=self.timeout, headers=self.headers,
                                                   connector=TCPConnector(keepalive_timeout=KEEP_ALIVE))

@@ -40,6 +40,7 @@ import hub
 import inference as I
 import lora as L
 import parallel as P
+import plan as PLAN
 import recipe as RC
 import pool as PL
 import rollout as R
@@ -254,10 +255,10 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
 # ----------------------------------------------------------------------------- processes and GPUs
 
 def placement(cfg, local_rank):
-    """(vLLM's GPUs, the trainers' GPUs, vLLM's share of its GPUs, this rank's device) - servers.gpu_plan for
-    vLLM; under torchrun rank r trains on the r-th training GPU (on its node)."""
-    serve_on, train_on, memory = ([], [], 0) if cfg["server"] != "vllm" else SV.gpu_plan(
-        cfg["gpus"], torch.cuda.device_count(), cfg.get("server_gpus"), cfg.get("train_gpus"), cfg["gpu_memory"])
+    """(the server's GPUs, the trainers' GPUs, vLLM's share of its GPUs, this rank's device) - plan.place: vLLM on
+    half the GPUs, the embedded server on one, the rest train; under torchrun rank r trains on the r-th training GPU
+    (on its node)."""
+    serve_on, train_on, memory = PLAN.place(cfg, torch.cuda.device_count())
     device = cfg.get("device") or (f"cuda:{train_on[local_rank]}" if len(train_on) > local_rank else
                                    f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     return serve_on, train_on, memory, device
@@ -280,7 +281,7 @@ def check_world(cfg, world):
     if torch.cuda.is_available():
         serve_on, train_on, _, _ = placement(cfg, 0)
         want = len(train_on) if serve_on else cfg["gpus"] or torch.cuda.device_count()
-        where = f"vLLM on {serve_on}, training on {train_on}" if serve_on else f"gpus {cfg['gpus']}"
+        where = f"the server on {serve_on}, training on {train_on}" if serve_on else f"gpus {cfg['gpus']}"
         if world != want:
             raise SystemExit(f"train.py: launched with {world} processes, but {cfg['model']} trains on {want} GPU(s) "
                              f"({where}): {launch} {want}, or set --gpus / --train-gpus")
@@ -395,23 +396,36 @@ def training_tasks(cfg, run_dir, resume):
     return tasks, split["eval"]
 
 
-def start_server(cfg, path, model, mode, device, names, run_dir):
+def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
     """The run's one inference server (inference.start_server). On a CPU decoding and training split the cores (two
-    pools both spanning every core oversubscribe it); vLLM holds the staleness window's versions; under FSDP2 the
-    embedded engine decodes from a whole copy of its own."""
+    pools both spanning every core oversubscribe it); vLLM holds the staleness window's versions; the embedded
+    engine decodes from the trainers' base where it shares their device, else (its own GPU, or FSDP2's shards) from a
+    whole copy of its own, with `kv_cache` GiB of K/V (the plan's)."""
     serve_on, train_on, memory, _ = placement(cfg, 0)
     local = cfg["server"] == "local"
+    serve_dev = f"cuda:{serve_on[0]}" if local and serve_on else device
     if serve_on:
-        print(f"GPUs: vLLM on {serve_on} (tensor parallel, {memory:.0%} of each), training on "
+        print(f"GPUs: {'the embedded server on ' if local else 'vLLM on '}{serve_on}"
+              f"{'' if local else f' (tensor parallel, {memory:.0%} of each)'}, training on "
               f"{train_on if P.world() > 1 else device}", flush=True)
+    own = local and (mode == "fsdp" or torch.device(serve_dev) != torch.device(device))
     return I.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
-                          model=model if mode != "fsdp" else local and C.load_model(path, device=device) or None,
-                          rank=cfg["rank"],
+                          model=C.load_model(path, device=serve_dev) if own else model, rank=cfg["rank"],
                           threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
                           max_loras=len(names) * G.live_versions(cfg["max_staleness"]), gpus=serve_on,
                           memory=serve_on and memory,
                           api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new",
-                          kv_cache=cfg["kv_cache"])
+                          kv_cache=cfg["kv_cache"] or kv_cache)
+
+
+def memory_plan(cfg, config, source="", gpus=None):
+    """Print the run's memory plan (plan.py) and refuse one that does not fit: (placement, devices)."""
+    names = [h for h in cfg["harness"].split(",") if h.strip()]
+    where, devices = PLAN.make(cfg, config, gpus=gpus, trainers=len(names))
+    print(PLAN.describe(cfg, where, devices, source), flush=True)
+    if why := PLAN.refusal(devices):
+        raise ValueError(why)
+    return where, devices
 
 
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
@@ -451,6 +465,7 @@ async def run(cfg, resume=False):
     # 3. The base (the agentic base of a warm start, built first: one for every harness of the run), the learners on
     #    every rank, the server
     path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
+    _, devices = memory_plan(cfg, C.read_config(path))
     device = placement(cfg, 0)[3]
     P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
@@ -458,7 +473,8 @@ async def run(cfg, resume=False):
     if mode:
         print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
-    handle = start_server(cfg, path, model, mode, device, names, run_dir)
+    handle = start_server(cfg, path, model, mode, device, names, run_dir,
+                          kv_cache=PLAN.kv_gib(devices) if torch.device(device).type == "cuda" else 0)
     client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
                 for n, learner in zip(names, learners)]
@@ -543,11 +559,25 @@ def main(argv=None):
         if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
             cfg["device"] = None
         check_world(cfg, world)
+        placement(cfg, local)          # GPUs this machine lacks: one line now, not a traceback later
+    except ValueError as e:
+        sys.exit(f"train.py: {e}" if rank == 0 else 1)
     except SystemExit as e:          # under torchrun every rank finds the same mistake: rank 0 says it
         sys.exit(e.code if rank == 0 else 1)
+    if args.plan:      # the run's plan from the model's config alone (no weights), then exit
+        try:
+            config, source = PLAN.model_config(cfg["model"])
+            here = torch.cuda.is_available()
+            memory_plan(cfg, config, source + ("" if here or not cfg["gpus"] else
+                                               f"; no GPU here: planned for {PLAN.GPU['name']}s"),
+                        gpus=None if here else cfg["gpus"])
+        except (C.CheckpointError, ValueError) as e:
+            sys.exit(f"train.py: {e}")
+        return
     if args.resume:
         cfg["resume_dir"] = args.resume
-    _, _, device = P.init(placement(cfg, local)[3])
+    # followers wait in a collective while rank 0 waits up to stall_timeout for rollouts (or builds a warm start)
+    _, _, device = P.init(placement(cfg, local)[3], timeout=cfg["stall_timeout"] + 3600)
     cfg = P.broadcast(cfg)           # rank 0's (its run name has a timestamp)
     if rank > 0:
         follow(cfg, device)

@@ -2,7 +2,8 @@
 # The GPU checks, as bounded commands (an H200 or any CUDA machine with torch + transformers + peft; vLLM >= 0.33
 # for the serving anchor):
 #   bench/gpu.sh [train]   model/LoRA parity tests on CUDA (fp32), a 65 536-token LoRA training step at LFM3-1.7B
-#                          shape (bf16), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale
+#                          shape (bf16), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale,
+#                          the memory plan's training peak vs max_memory_allocated (bench/plan.py)
 #   bench/gpu.sh serve     serving: the embedded engine (LFM3-1.7B shape) vs vLLM (LFM2-1.2B shape), 48 sessions,
 #                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes)
 #   bench/gpu.sh parallel  a 65 536-token step on 2 GPUs under torchrun: one process vs DDP vs FSDP2 (needs 2 GPUs)
@@ -19,6 +20,7 @@ if [ "$what" = train ] || [ "$what" = all ]; then
   timeout 200 python3 bench/lora.py --preset lfm3-1.7b --device cuda --dtype bf16 --seq 16384 --steps 3 --rounds 1 \
     2>&1 | grep -v -e 'Writing model' -e 'Loading weights' -e Warning -e warn
   timeout 60 python3 bench/grpo.py --only c --device cuda --tokens 16384 --hidden 2048 --chunk 2048
+  timeout 120 python3 bench/plan.py --device cuda --rows tiny:32768:off,LFM3-1.7B:16384:on,LFM3-1.7B:8192:off
 fi
 if [ "$what" = parallel ] || [ "$what" = all ]; then
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then

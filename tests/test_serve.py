@@ -580,6 +580,23 @@ def test_vllm_command_places_vllm_on_its_gpus(tmp_path, monkeypatch):
     assert "--tensor-parallel-size" not in SV.vllm_command(ckpt, 1)[0]     # no GPUs named: vLLM's defaults
 
 
+def test_vllm_context_is_clamped_to_the_checkpoints(tmp_path, capsys):
+    ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")          # max_position_embeddings 4096
+    cmd = SV.vllm_command(ckpt, 1, max_model_len=131072)[0]
+    assert cmd[cmd.index("--max-model-len") + 1] == "4096"
+    assert "context 131072 is above" in capsys.readouterr().err
+    cmd = SV.vllm_command(ckpt, 1, max_model_len=2048)[0]
+    assert cmd[cmd.index("--max-model-len") + 1] == "2048"
+
+
+def test_vllm_with_no_gpu_count_on_a_gpu_machine_shares_one_gpu_capped():
+    """--server vllm on a model with no recipe row (--gpus 0): GPU 0 for both, vLLM at most half of it (it had no
+    --gpu-memory-utilization and no CUDA_VISIBLE_DEVICES, on the GPU training used)."""
+    import plan as PLAN
+    cfg = dict(RC.recipe_config("/some/checkpoint"), server="vllm", gpus=0)
+    assert PLAN.place(cfg, 1) == ([0], [0], 0.5) and PLAN.place(cfg, 0) == ([], [], cfg["gpu_memory"])
+
+
 def test_train_flags_place_the_gpus():
     import train as TR
     cfg = RC.effective_config(TR.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",

@@ -699,22 +699,29 @@ def test_eval_says_in_one_line_what_vllm_cannot_serve(env, tmp_path):
 
 
 def test_torchrun_world_size_must_match_the_recipes_training_gpus(monkeypatch):
-    """On a (simulated) 4-GPU machine: LFM2.5-24B-A2B serves on 0,1 and trains on 2,3 -> 2 ranks; LFM3-1.7B
-    (embedded server) trains on its 2 GPUs -> 2 ranks; anything else is refused, saying what to launch."""
+    """On a (simulated) 4-GPU machine: LFM2.5-24B-A2B's vLLM serves on 0,1 and it trains on 2,3 -> 2 ranks; LFM3-1.7B's
+    embedded server decodes on GPU 0 and it trains on GPU 1 -> one process (--gpus 4: 3 ranks on 1,2,3); anything
+    else is refused, saying what to launch."""
     import torch
     import train as TR
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     moe, lfm3 = RC.recipe_config("LFM2.5-24B-A2B"), RC.recipe_config("LFM3-1.7B")
     TR.check_world(moe, 2)
-    TR.check_world(lfm3, 2)
+    TR.check_world(lfm3, 1)
     assert [TR.placement(moe, r)[3] for r in (0, 1)] == ["cuda:2", "cuda:3"]
-    assert [TR.placement(lfm3, r)[3] for r in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert TR.placement(lfm3, 0)[:2] == ([0], [1]) and TR.placement(lfm3, 0)[3] == "cuda:1"
+    four = dict(lfm3, gpus=4)
+    TR.check_world(four, 3)
+    assert [TR.placement(four, r)[3] for r in (0, 1, 2)] == ["cuda:1", "cuda:2", "cuda:3"]
     with pytest.raises(SystemExit, match=r"launched with 4 processes, .* training on \[2, 3\]\): torchrun --nproc-per-node 2"):
         TR.check_world(moe, 4)
-    with pytest.raises(SystemExit, match="torchrun --nproc-per-node 2"):
-        TR.check_world(lfm3, 3)
+    with pytest.raises(SystemExit, match="torchrun --nproc-per-node 1"):
+        TR.check_world(lfm3, 2)
     TR.check_world({**moe, "server_gpus": "0", "train_gpus": "1,2,3"}, 3)
+    shared = {**lfm3, "server_gpus": "0", "train_gpus": "0,1"}      # data parallel on both, the server beside rank 0
+    TR.check_world(shared, 2)
+    assert [TR.placement(shared, r)[3] for r in (0, 1)] == ["cuda:0", "cuda:1"]
 
 
 def test_report_to_trackio_gets_every_metrics_line(tmp_path, env):

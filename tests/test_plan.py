@@ -1,0 +1,100 @@
+"""plan.py: where a run goes on 1, 2 and 4 GPUs, what each device holds, a plan that does not fit refused naming the
+number, `train.py --plan` for every recipe row, and the plan's training numbers against a measured step (bench/plan.py,
+the tiny checkpoint's shape on this CPU: within 15 %)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import plan as PLAN
+import recipe as RC
+import train as TR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("row,gpus,serve,train", [
+    ("LFM3-1.7B", 1, [0], [0]), ("LFM3-1.7B", 2, [0], [1]), ("LFM3-1.7B", 4, [0], [1, 2, 3]),     # embedded server
+    ("LFM2.5-24B-A2B", 1, [0], [0]), ("LFM2.5-24B-A2B", 2, [0], [1]), ("LFM2.5-24B-A2B", 4, [0, 1], [2, 3]),  # vLLM
+    ("tiny", 0, [], [])])
+def test_placement_for_1_2_and_4_gpus(row, gpus, serve, train):
+    cfg = dict(RC.recipe_config(row), gpus=gpus)
+    serve_on, train_on, share = PLAN.place(cfg, gpus)
+    assert (serve_on, train_on) == (serve, train)
+    if cfg["server"] == "vllm":
+        assert share == (0.5 if serve == train else cfg["gpu_memory"])     # vLLM beside training: capped at half
+    where, devices = PLAN.make(cfg, PLAN.model_config(cfg["model"])[0], gpus=gpus)
+    assert where == (serve, train)
+    names = [d.name for d in devices]
+    assert names == (["cpu"] if not gpus else [f"cuda:{g}" for g in dict.fromkeys(train + serve)])
+    for d in devices:
+        trains, serves = d.name in [f"cuda:{g}" for g in train] or d.name == "cpu", \
+            d.name in [f"cuda:{g}" for g in serve] or d.name == "cpu"
+        assert ("activations" in d.items) == trains and ("adapters + AdamW" in d.items) == trains
+        if cfg["server"] == "local":
+            assert ("K/V budget" in d.items) == serves and ("weights" in d.items) == (trains or serves)
+        else:
+            assert ("vLLM" in d.items) == serves and ("K/V budget" not in d.items)
+        assert 0 < d.total <= d.memory, (d.name, d.items)
+
+
+def test_a_server_gpu_apart_from_training_holds_its_own_copy_and_the_rest_as_kv():
+    cfg = RC.recipe_config("LFM3-1.7B")
+    config = PLAN.model_config("LFM3-1.7B")[0]
+    _, devices = PLAN.make(cfg, config, gpus=2)
+    train, serve = devices
+    base, lora = PLAN.param_counts(config, cfg["rank"])
+    assert 1.6e9 < base < 1.9e9 and lora > 0                                  # LFM3-1.7B
+    assert serve.items["weights"] == train.items["weights"] == base * 2        # bf16, one copy on each
+    assert serve.total == pytest.approx(0.9 * serve.memory, rel=1e-6)         # K/V takes what is left, less a tenth
+    assert PLAN.kv_gib(devices) == serve.items["K/V budget"] / PLAN.GIB
+    fixed = PLAN.make(dict(cfg, kv_cache=10.0), config, gpus=2)[1][1]
+    assert fixed.items["K/V budget"] == 10 * PLAN.GIB                          # --kv-cache is taken as given
+
+
+def test_the_embedded_server_takes_one_gpu():
+    cfg = dict(RC.recipe_config("LFM3-1.7B"), server_gpus="0,1")
+    with pytest.raises(ValueError, match="--server-gpus 0,1: the embedded server decodes on one GPU"):
+        PLAN.place(cfg, 4)
+
+
+def test_a_plan_that_does_not_fit_is_refused_naming_the_number_and_what_to_change():
+    cfg = dict(RC.recipe_config("LFM3-1.7B"), token_budget=1 << 21, micro_batches=1, recompute="off")
+    _, devices = PLAN.make(cfg, PLAN.model_config("LFM3-1.7B")[0], gpus=2)
+    why = PLAN.refusal(devices)
+    assert why.startswith("the memory plan does not fit cuda:1: ")
+    total, act = devices[0].total / PLAN.GIB, devices[0].items["activations"] / PLAN.GIB
+    assert f"{total:.1f} GiB of 139.7" in why and f"activations ({act:.1f} GiB, 2,097,152 tokens" in why
+    assert "raise --micro-batches, lower --token-budget or turn --recompute on" in why
+    assert PLAN.refusal(PLAN.make(RC.recipe_config("LFM3-1.7B"), PLAN.model_config("LFM3-1.7B")[0], gpus=2)[1]) is None
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "LFM3-1.7B", "--plan", "--token-budget",
+                        str(1 << 21), "--micro-batches", "1", "--recompute", "off"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0 and "memory plan for LFM3-1.7B" in p.stdout and "DOES NOT FIT" in p.stdout
+    assert p.stderr.strip().splitlines()[-1].startswith("train.py: the memory plan does not fit cuda:1"), p.stderr
+
+
+@pytest.mark.parametrize("row", list(RC.RECIPES))
+def test_plan_prints_every_recipe_row_and_exits(row, capsys):
+    TR.main(["--model", row, "--plan"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"memory plan for {RC.recipe_config(row)['model']}")
+    gpus = RC.recipe_config(row).get("gpus") or 0
+    devices = [line for line in out.splitlines() if line.startswith("  ") and not line.startswith("    ")]
+    assert len(devices) == (1 if not gpus else gpus if RC.recipe_config(row)["server"] == "vllm" else 2)
+    assert "DOES NOT FIT" not in out and "activations" in out
+    if gpus:
+        assert "no GPU here: planned for H200s" in out
+    assert not (Path("runs") / row).exists()                 # nothing started
+
+
+def test_plan_is_within_15_percent_of_a_measured_step_on_this_cpu():
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "plan.py"), "--json", "--rows",
+                        "tiny:8192:off,tiny:8192:on"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(rows) == 2
+    for r in rows:
+        assert 0.85 <= r["plan"] / r["measured"] <= 1.15, r
