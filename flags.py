@@ -98,7 +98,7 @@ KNOBS = {
                        _num(0, 1, lo_open=True), resume=True),
     "kv_cache": Knob("GiB of K/V the embedded server's decode batch may hold: past it requests wait (time not charged "
                      "to the agent) or the newest row is preempted and resumed; 0: auto, 1/8 of the memory available "
-                     "at start on a CPU, 1/4 of a GPU's free memory", _num(0), resume=True),
+                     "at start on a CPU, on a GPU the memory plan's (what the server's GPU has left, less a tenth)", _num(0), resume=True),
 }
 # the flags of where and how a run runs, outside the table: --resume may change them; --dashboard's port is checked
 RESUME_OVERRIDES = tuple(k for k, kn in KNOBS.items() if kn.resume) + (

@@ -350,7 +350,7 @@ def child(args):
     import inference as S
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     h = S.start_local(args.child, dtype=dtype, device=args.device, max_batch=max(64, args.sessions), api_key=None,
-                      max_model_len=max_len(args.load))
+                      max_model_len=max_len(args.load), kv_cache=args.kv_cache)
     print(json.dumps({"url": h.url}), flush=True)
     for line in sys.stdin:
         if line.strip() == "mem":
@@ -358,13 +358,15 @@ def child(args):
             e = h.server.engine
             print(json.dumps({"allocated": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
                               "prompt_hits": e.prompt_hits, "prefix_hits": e.prefix_hits,
-                              "prefix_tokens": e.prefix_tokens}), flush=True)
+                              "prefix_tokens": e.prefix_tokens, "preemptions": e.preemptions,
+                              "kv_peak_gib": e.kv_peak * e.kv_per_token / 2**30,
+                              "kv_budget_gib": (e.kv_positions or 0) * e.kv_per_token / 2**30}), flush=True)
     h.stop()
 
 
 def start_ours(ckpt, args, work):
     cmd = [sys.executable, __file__, "--child", str(ckpt), "--device", args.device, "--dtype", args.dtype,
-           "--sessions", str(args.sessions), "--load", args.load]
+           "--sessions", str(args.sessions), "--load", args.load, "--kv-cache", str(args.kv_cache)]
     log = open(Path(work) / "ours.log", "ab")
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                             start_new_session=True)
@@ -473,6 +475,8 @@ def main():
     ap.add_argument("--decode", action="store_true", help="instead: time one decode step of --sessions rows in "
                     "process, rows on 15 / 3 / 1 adapters and the base (no server, no HTTP)")
     ap.add_argument("--repeats", type=int, default=20, help="--decode: steps per setting (default: %(default)s)")
+    ap.add_argument("--kv-cache", type=float, default=0, help="ours: the K/V budget in GiB (0: engine.kv_budget's "
+                    "share); a small one shows admission and preemption at the full load (its peak is printed)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # `timeout` stops the servers too (finally: stop)
@@ -512,6 +516,8 @@ def main():
               f"{r['ttft_p50']:>11.2f}{r['ttft_p90']:>7.2f}{r['prompt_mean']:>8.0f}{r['peak_gib']:>9.2f}"
               f"{r['errors']:>7}" + ("" if gpu else f"{r['tokens_per_cpu_s']:>10.0f}{r['load']:>6.1f}")
               + (f"  (allocator peak {r['allocated']:.1f} GiB)" if r.get("allocated") else "")
+              + (f"  K/V peak {r['kv_peak_gib']:.3f} of {r['kv_budget_gib']:.3f} GiB, {r['preemptions']} preempted"
+                 if r.get("kv_budget_gib") else "")
               + (f"  prompt hits {r['prompt_hits']}, prefix hits {r['prefix_hits']} ({r['prefix_tokens']} tokens "
                  "not prefilled; since start)" if "prefix_hits" in r else "")
               + (f"  first error: {r['first_error']}" if r["first_error"] else ""), flush=True)
