@@ -93,6 +93,7 @@ class Device:
     memory: float                               # bytes it has
     items: dict = field(default_factory=dict)   # what it holds -> bytes
     notes: dict = field(default_factory=dict)   # what -> a short explanation of the number
+    floor: dict = field(default_factory=dict)   # what -> (bytes it needs at least, what that is)
 
     @property
     def total(self):
@@ -236,10 +237,18 @@ def runtime_here():
 
 def place(cfg, visible):
     """(the server's GPUs, the trainers' GPUs, vLLM's share of its GPUs) on a machine with `visible` GPUs -
-    servers.gpu_plan for vLLM and the embedded server alike (--gpus 0: one GPU, shared); none for a CPU run, a
-    --device run's embedded server (it decodes where training is) or a server at a URL."""
-    kind = cfg["server"]
-    if kind == "vllm" or kind == "local" and visible and not cfg.get("device"):
+    servers.gpu_plan for vLLM and the embedded server alike (--gpus 0: one GPU, shared). --device puts training
+    there (the embedded server beside it; vLLM keeps its GPUs, at most half of one it shares); none for a CPU run or a
+    server at a URL."""
+    kind, device = cfg["server"], cfg.get("device")
+    if device:
+        d = torch.device(device)
+        own = [d.index or 0] if d.type == "cuda" else []
+        if kind != "vllm":
+            return (own if kind == "local" else []), own, 0
+        serve, _, share = SV.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), None, cfg["gpu_memory"])
+        return serve, own, min(share, 0.5) if set(serve) & set(own) else share
+    if kind == "vllm" or kind == "local" and visible:
         return SV.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), cfg.get("train_gpus"),
                            cfg["gpu_memory"], local=kind == "local")
     return [], [], 0
@@ -247,30 +256,36 @@ def place(cfg, visible):
 
 def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
     """The plan of run `cfg` (train.py's effective config) for a model of shape `config`: (placement, [Device]).
-    gpus: plan for this many GPUs (None: this machine's); gpu_memory: bytes each (None: this machine's, else the
-    recipe's GPU). A CPU plan when there is no GPU."""
+    gpus: plan for this many GPUs (None: this machine's, each less what other processes hold now); gpu_memory: bytes
+    each (None: this machine's, else the recipe's GPU). A host-memory plan where training is not on a GPU."""
     visible = torch.cuda.device_count() if gpus is None else gpus
     serve_on, train_on, share = place(cfg, visible)
     local = cfg["server"] == "local"
     own = cfg.get("device")
-    train = [f"cuda:{g}" for g in train_on] or [str(torch.device(own)) if own else "cuda:0" if visible else "cpu"]
+    train = [f"cuda:{g}" for g in train_on] or [str(torch.device(own)) if own else "cpu"]
     serve = [f"cuda:{g}" for g in serve_on] or (train[:1] if local else [])
-    cpu = train == ["cpu"]
-    dtype = torch.float32 if cpu else torch.bfloat16
+    host = not train[0].startswith("cuda")
+    dtype = torch.float32 if host else torch.bfloat16
     width = torch.finfo(dtype).bits // 8
     base, lora = param_counts(config, cfg["rank"])
+    real = gpus is None and not gpu_memory and torch.cuda.is_available()
 
     def memory(name):
-        if name == "cpu":
+        if not name.startswith("cuda"):
             return cpu_available() + runtime_here()
-        if gpu_memory or gpus is not None or not torch.cuda.is_available():
-            return gpu_memory or GPU["memory"]
-        return torch.cuda.get_device_properties(torch.device(name)).total_memory
+        return torch.cuda.get_device_properties(torch.device(name)).total_memory if real else \
+            gpu_memory or GPU["memory"]
 
     devices = {d: Device(d, memory(d)) for d in dict.fromkeys(train + serve)}
+    if real:      # what other processes hold on a GPU now is not ours to plan with
+        for d in devices.values():
+            if d.name.startswith("cuda"):
+                free, total = torch.cuda.mem_get_info(torch.device(d.name))
+                if total - free > CUDA_RUNTIME:
+                    d.add("held by others", total - free - CUDA_RUNTIME, "in use before this run")
     for d in train:
         dev = devices[d]
-        dev.add("runtime", runtime_here() if cpu else CUDA_RUNTIME, "this process" if cpu else "CUDA context")
+        dev.add("runtime", runtime_here() if host else CUDA_RUNTIME, "this process" if host else "CUDA context")
         dev.add("weights", base * width, f"{_count(base)} parameters, {str(dtype)[6:]}")
         dev.add("adapters + AdamW", trainers * lora * 16,
                 f"{trainers} x {_count(lora)} LoRA parameters, fp32 weight, grad, 2 moments")
@@ -290,15 +305,25 @@ def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
         per_pos = kv_per_position(config, width)
         if cfg["kv_cache"]:
             kv, how = cfg["kv_cache"] * GIB, "--kv-cache"
-        elif cpu:
+        elif host:
             kv, how = cpu_available() / 8, "1/8 of the memory available"
         else:     # what the GPU has left, less a tenth for the allocator's fragmentation
             kv, how = max(0.0, 0.9 * dev.memory - dev.total), "the rest of the GPU, less a tenth"
         dev.add("K/V budget", kv, f"{how}: {kv / max(1, per_pos) / 1e6:.2f} M positions of {per_pos / 1024:.1f} KiB")
+        dev.floor["K/V budget"] = (per_pos * cfg["context"], f"one --context row ({cfg['context']:,} positions)")
     else:
         for d in serve:
             devices[d].add("vLLM", share * devices[d].memory, f"--gpu-memory-utilization {share:g}")
     return (serve_on, train_on), list(devices.values())
+
+
+def placement_problem(cfg, placement):
+    """Why a placement cannot launch (more training GPUs than micro-batches to split across them), or None."""
+    n = len(placement[1])
+    if n > cfg["micro_batches"]:
+        return (f"{n} training GPUs but {cfg['micro_batches']} micro-batches a step: torchrun ranks beyond that would "
+                f"never train; raise --micro-batches to {n} or lower --gpus")
+    return None
 
 
 def _count(n):
@@ -311,47 +336,63 @@ def kv_gib(devices):
 
 
 def misfit(devices):
-    """The first device over its memory and its largest item, or None."""
+    """(device, item, why) of the first device over its memory (item: its largest) or with an item under its floor;
+    None if all fit."""
     for d in devices:
         if d.total > d.memory:
-            return d, max(d.items, key=d.items.get)
+            big = max(d.items, key=d.items.get)
+            return d, big, f"{d.total / GIB:.1f} GiB of {d.memory / GIB:.1f}; the largest part is {big}"
+        for what, (least, why) in d.floor.items():
+            if d.items[what] < least:
+                return d, what, f"its {what} of {d.items[what] / GIB:.2f} GiB is less than {why}, {least / GIB:.2f} GiB"
     return None
 
 
 ADVICE = {"activations": "raise --micro-batches, lower --token-budget or turn --recompute on",
           "weights": "plan for more GPUs (--gpus) or a smaller model",
-          "K/V budget": "lower --kv-cache",
+          "K/V budget": "set --kv-cache, lower --context, or give the server a GPU of its own (--gpus)",
           "vLLM": "lower --gpu-memory",
-          "adapters + AdamW": "lower --rank or train fewer harnesses in one process"}
+          "adapters + AdamW": "lower --rank or train fewer harnesses in one process",
+          "held by others": "free the GPU or pick another (--server-gpus / --train-gpus)"}
 
 
 def refusal(devices):
-    """One line saying which device does not fit, by how much, its largest item and what to change; None if all fit."""
+    """One line saying which device does not fit, by how much, the part and what to change; None if all fit."""
     bad = misfit(devices)
     if bad is None:
         return None
-    d, big = bad
-    return (f"the memory plan does not fit {d.name}: {d.total / GIB:.1f} GiB of {d.memory / GIB:.1f}; the largest part "
-            f"is {big} ({d.items[big] / GIB:.1f} GiB, {d.notes.get(big, '')}): {ADVICE.get(big, 'see the plan above')}")
+    d, what, why = bad
+    return (f"the memory plan does not fit {d.name}: {why} ({d.items[what] / GIB:.1f} GiB, {d.notes.get(what, '')}): "
+            f"{ADVICE.get(what, 'see the plan above')}")
 
 
 def describe(cfg, placement, devices, source=""):
-    """The plan as text: the placement, then each device's items, largest first, and its total."""
+    """The plan as text: the placement, then each device's items, largest first, and its total (GPUs that hold the
+    same, as torchrun's ranks do, once)."""
     serve_on, train_on = placement
-    gpus = lambda gs: "GPU " + ",".join(map(str, gs))      # noqa: E731
+    gpus = lambda gs: "GPU " + ",".join(map(str, gs)) if len(gs) < 9 else f"GPU {gs[0]}..{gs[-1]}"    # noqa: E731
     server = "vLLM" if cfg["server"] == "vllm" else "the embedded server" if cfg["server"] == "local" else \
-        cfg["server"]
-    if not train_on:
-        where = f"{server} and training on {devices[0].name}"
+        f"the server at {cfg['server']}"
+    trains = gpus(train_on) if train_on else next(d.name for d in devices if "activations" in d.items)
+    if not serve_on:
+        where = f"{server} and training on {trains}" if cfg["server"] == "local" else f"training on {trains}"
     elif serve_on == train_on:
         where = f"{server} and training share {gpus(serve_on)}"
     else:
-        where = f"{server} on {gpus(serve_on)}, training on {gpus(train_on)}" + \
+        where = f"{server} on {gpus(serve_on)}, training on {trains}" + \
             (f" (torchrun --nproc-per-node {len(train_on)})" if len(train_on) > 1 else "")
     lines = [f"memory plan for {cfg['model']}{f' ({source})' if source else ''}: {where}"]
+    groups = []
     for d in devices:
-        lines.append(f"  {d.name}: {d.total / GIB:.1f} of {d.memory / GIB:.1f} GiB" +
-                     ("" if d.total <= d.memory else "  DOES NOT FIT"))
+        if groups and (groups[-1][0].items, groups[-1][0].memory) == (d.items, d.memory):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    for g in groups:
+        d = g[0]
+        name = d.name if len(g) == 1 else f"{g[0].name}..{g[-1].name.split(':')[-1]} (each)"
+        lines.append(f"  {name}: {d.total / GIB:.1f} of {d.memory / GIB:.1f} GiB" +
+                     ("" if misfit([d]) is None else "  DOES NOT FIT"))
         for what, b in sorted(d.items.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {what:<18} {b / GIB:8.2f} GiB  {d.notes.get(what, '')}")
     return "\n".join(lines)

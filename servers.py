@@ -70,7 +70,11 @@ def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9, local
     recipe's count splits in half, the server's half first with the odd one (tensor parallel); the embedded server
     (local=True) decodes on one GPU, the rest train. On a GPU both share vLLM takes at most half. server_gpus /
     train_gpus ("0,1"): the user's own split. Raises ValueError for GPUs this machine lacks."""
-    pick = lambda s: [int(x) for x in str(s).split(",") if x.strip()]      # noqa: E731
+    def pick(s, flag):
+        try:
+            return [int(x) for x in str(s).split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{flag} {s!r}: comma-separated GPU indices (0,1)") from None
     if server_gpus is None and train_gpus is None:
         n = min(gpus, visible)
         if n == 0:
@@ -78,8 +82,8 @@ def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9, local
         half = 1 if local else (n + 1) // 2
         server, train = (list(range(half)), list(range(half, n))) if n > 1 else ([0], [0])
     else:
-        server = list(dict.fromkeys(pick(server_gpus))) if server_gpus is not None else [0]
-        train = list(dict.fromkeys(pick(train_gpus))) if train_gpus is not None else \
+        server = list(dict.fromkeys(pick(server_gpus, "--server-gpus"))) if server_gpus is not None else [0]
+        train = list(dict.fromkeys(pick(train_gpus, "--train-gpus"))) if train_gpus is not None else \
             ([g for g in range(visible) if g not in server] or server)[:1]       # one GPU: shared
     if local and len(server) > 1:
         raise ValueError(f"--server-gpus {server_gpus}: the embedded server decodes on one GPU (vLLM: several)")

@@ -418,14 +418,22 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
                           kv_cache=cfg["kv_cache"] or kv_cache)
 
 
-def memory_plan(cfg, config, source="", gpus=None):
-    """Print the run's memory plan (plan.py) and refuse one that does not fit: (placement, devices)."""
+def memory_plan(cfg, config, source="", gpus=None, quiet=False):
+    """Print the run's memory plan (plan.py; quiet: not, on torchrun's other ranks) and refuse a placement that cannot
+    launch or a GPU that does not fit (ValueError); host memory over the plan is a warning (other processes move
+    it). Returns the plan's K/V budget in GiB for an embedded server on a GPU, else 0 (the engine's own share)."""
     names = [h for h in cfg["harness"].split(",") if h.strip()]
     where, devices = PLAN.make(cfg, config, gpus=gpus, trainers=len(names))
-    print(PLAN.describe(cfg, where, devices, source), flush=True)
-    if why := PLAN.refusal(devices):
-        raise ValueError(why)
-    return where, devices
+    if not quiet:
+        print(PLAN.describe(cfg, where, devices, source), flush=True)
+    if why := PLAN.placement_problem(cfg, where) or PLAN.refusal(devices):
+        if PLAN.misfit(devices) and not PLAN.misfit(devices)[0].name.startswith("cuda") and \
+                not PLAN.placement_problem(cfg, where):
+            if not quiet:
+                print(f"train.py: warning: {why}", file=sys.stderr, flush=True)
+        else:
+            raise ValueError(why)
+    return PLAN.kv_gib(devices) if where[0] and cfg["server"] == "local" else 0
 
 
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
@@ -444,7 +452,8 @@ async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
     return pool
 
 
-async def run(cfg, resume=False):
+async def run(cfg, resume=False, kv=None):
+    """The run (rank 0). kv: the memory plan's K/V GiB for the embedded server (None: not planned yet)."""
     # 1. Open the run: its folder, lock, config, checkpoint; the seed; the trackers and the dashboard
     run_dir, run_lock, st = open_run(cfg, resume)
     if run_dir is None:
@@ -465,7 +474,14 @@ async def run(cfg, resume=False):
     # 3. The base (the agentic base of a warm start, built first: one for every harness of the run), the learners on
     #    every rank, the server
     path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
-    _, devices = memory_plan(cfg, C.read_config(path))
+    config = C.read_config(path)
+    if kv is None:      # the model's config was not here before it was fetched: planned now
+        kv = memory_plan(cfg, config)
+    limit = config.raw.get("max_position_embeddings")
+    if cfg["server"] == "vllm" and isinstance(limit, int) and cfg["max_tokens"] < limit < cfg["context"]:
+        print(f"context {cfg['context']} is above the checkpoint's max_position_embeddings {limit} (vLLM refuses "
+              f"more): the run's context is {limit}", flush=True)
+        cfg["context"] = limit      # what vLLM serves and what the harnesses are told
     device = placement(cfg, 0)[3]
     P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
@@ -474,7 +490,7 @@ async def run(cfg, resume=False):
         print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
     handle = start_server(cfg, path, model, mode, device, names, run_dir,
-                          kv_cache=PLAN.kv_gib(devices) if torch.device(device).type == "cuda" else 0)
+                          kv_cache=kv)
     client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
                 for n, learner in zip(names, learners)]
@@ -558,22 +574,30 @@ def main(argv=None):
         cfg = RC.effective_config(args)
         if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
             cfg["device"] = None
-        check_world(cfg, world)
-        placement(cfg, local)          # GPUs this machine lacks: one line now, not a traceback later
-    except ValueError as e:
+        if cfg.get("device"):
+            try:
+                torch.device(cfg["device"])
+            except RuntimeError:
+                raise SystemExit(f"train.py: --device {cfg['device']!r} is not a torch device (cpu, cuda, cuda:1)")
+        here = torch.cuda.is_available()
+        plan_gpus = cfg["gpus"] if args.plan and not here and not cfg.get("device") else None
+        if plan_gpus is None:
+            check_world(cfg, world)
+            placement(cfg, local)      # GPUs this machine lacks: one line now, not a traceback later
+        try:      # the plan from the model's config alone, before anything starts
+            config, source = PLAN.model_config(cfg["model"])
+        except C.CheckpointError:
+            if args.plan:
+                raise
+            config = None              # a model fetched first: run() plans once it is here
+        kv = config and memory_plan(cfg, config, source + (f"; no GPU here: planned for {PLAN.GPU['name']}s"
+                                                           if plan_gpus else ""), gpus=plan_gpus, quiet=rank > 0)
+        if args.plan:
+            return
+    except (ValueError, C.CheckpointError) as e:
         sys.exit(f"train.py: {e}" if rank == 0 else 1)
     except SystemExit as e:          # under torchrun every rank finds the same mistake: rank 0 says it
         sys.exit(e.code if rank == 0 else 1)
-    if args.plan:      # the run's plan from the model's config alone (no weights), then exit
-        try:
-            config, source = PLAN.model_config(cfg["model"])
-            here = torch.cuda.is_available()
-            memory_plan(cfg, config, source + ("" if here or not cfg["gpus"] else
-                                               f"; no GPU here: planned for {PLAN.GPU['name']}s"),
-                        gpus=None if here else cfg["gpus"])
-        except (C.CheckpointError, ValueError) as e:
-            sys.exit(f"train.py: {e}")
-        return
     if args.resume:
         cfg["resume_dir"] = args.resume
     # followers wait in a collective while rank 0 waits up to stall_timeout for rollouts (or builds a warm start)
@@ -583,7 +607,7 @@ def main(argv=None):
         follow(cfg, device)
         return P.close()
     try:
-        asyncio.run(run(cfg, resume=bool(args.resume)))
+        asyncio.run(run(cfg, resume=bool(args.resume), kv=kv))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
         if not args.resume and not isinstance(e, RD.RunInUse):     # refused before its first step: no empty run left
             RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])

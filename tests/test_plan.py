@@ -83,7 +83,7 @@ def test_plan_prints_every_recipe_row_and_exits(row, capsys):
     assert out.startswith(f"memory plan for {RC.recipe_config(row)['model']}")
     gpus = RC.recipe_config(row).get("gpus") or 0
     devices = [line for line in out.splitlines() if line.startswith("  ") and not line.startswith("    ")]
-    assert len(devices) == (1 if not gpus else gpus if RC.recipe_config(row)["server"] == "vllm" else 2)
+    assert len(devices) == (1 if not gpus else 2)        # the server's GPU(s), the trainers' (ranks alike: once)
     assert "DOES NOT FIT" not in out and "activations" in out
     if gpus:
         assert "no GPU here: planned for H200s" in out
@@ -98,3 +98,48 @@ def test_plan_is_within_15_percent_of_a_measured_step_on_this_cpu():
     assert len(rows) == 2
     for r in rows:
         assert 0.85 <= r["plan"] / r["measured"] <= 1.15, r
+
+
+def test_a_kv_budget_under_one_context_row_is_refused_and_a_host_misfit_only_warned(monkeypatch, capsys):
+    cfg, config = RC.recipe_config("LFM3-1.7B"), PLAN.model_config("LFM3-1.7B")[0]
+    _, devices = PLAN.make(cfg, config, gpus=1, gpu_memory=12 * PLAN.GIB)     # fits, with no room for K/V
+    why = PLAN.refusal(devices)
+    assert why.startswith("the memory plan does not fit cuda:0: its K/V budget of ")
+    assert "less than one --context row (131,072 positions" in why and "set --kv-cache" in why
+    tiny = RC.recipe_config("tiny")
+    monkeypatch.setattr(PLAN, "cpu_available", lambda: 1 << 30)          # a 1 GiB machine: over, but only warned
+    assert TR.memory_plan(tiny, PLAN.model_config("tiny")[0]) == 0
+    assert "train.py: warning: the memory plan does not fit cpu" in capsys.readouterr().err
+
+
+def test_device_puts_training_there_and_vllm_beside_it_is_capped():
+    moe = dict(RC.recipe_config("LFM2.5-24B-A2B"), device="cuda:0")
+    assert PLAN.place(moe, 4) == ([0, 1], [0], 0.5)
+    assert PLAN.place(dict(moe, device="cuda:3"), 4) == ([0, 1], [3], moe["gpu_memory"])
+    assert PLAN.place(dict(moe, device="cpu"), 4) == ([0, 1], [], moe["gpu_memory"])
+    lfm3 = dict(RC.recipe_config("LFM3-1.7B"), device="cuda:1")
+    assert PLAN.place(lfm3, 2) == ([1], [1], 0)                               # the embedded server beside it
+    where, devices = PLAN.make(dict(RC.recipe_config("tiny"), device="cpu:0"), PLAN.model_config("tiny")[0], gpus=0)
+    assert [d.name for d in devices] == ["cpu:0"] and devices[0].memory < 1e12     # host memory, not an H200
+
+
+def test_more_training_gpus_than_micro_batches_is_refused():
+    cfg = dict(RC.recipe_config("LFM3-1.7B"), gpus=8)
+    where = PLAN.place(cfg, 8)[:2]
+    assert where == ([0], list(range(1, 8)))
+    assert "7 training GPUs but 4 micro-batches" in PLAN.placement_problem(cfg, where)
+    assert PLAN.placement_problem(dict(cfg, micro_batches=7), where) is None
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "LFM3-1.7B", "--plan", "--gpus", "8"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "raise --micro-batches to 7 or lower --gpus" in p.stderr
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--server-gpus", "a"], "--server-gpus 'a': comma-separated GPU indices"),
+    (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+    (["--model", "/nonexistent"], "no config.json for '/nonexistent'")])
+def test_plan_with_bad_input_says_one_line(flags, says):
+    argv = ["--model", "LFM3-1.7B", "--plan", *flags]
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr and says in p.stderr, p.stderr[-1500:]
