@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -242,7 +243,10 @@ def place(cfg, visible):
     server at a URL."""
     kind, device = cfg["server"], cfg.get("device")
     if device:
-        d = torch.device(device)
+        try:
+            d = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:1)") from None
         own = [d.index or 0] if d.type == "cuda" else []
         if kind != "vllm":
             return (own if kind == "local" else []), own, 0
@@ -364,6 +368,22 @@ def refusal(devices):
     d, what, why = bad
     return (f"the memory plan does not fit {d.name}: {why} ({d.items[what] / GIB:.1f} GiB, {d.notes.get(what, '')}): "
             f"{ADVICE.get(what, 'see the plan above')}")
+
+
+def check(cfg, config, source="", gpus=None, quiet=False):
+    """train.py's plan: print it (quiet: not, on torchrun's other ranks) and refuse a placement that cannot launch
+    or a GPU that does not fit (ValueError); host memory over the plan is a warning (other processes move it).
+    Returns the plan's K/V budget in GiB for an embedded server on a GPU, else 0 (the engine's own share)."""
+    names = [h for h in cfg["harness"].split(",") if h.strip()]
+    where, devices = make(cfg, config, gpus=gpus, trainers=len(names))
+    if not quiet:
+        print(describe(cfg, where, devices, source), flush=True)
+    bad, problem = misfit(devices), placement_problem(cfg, where)
+    if problem or bad and bad[0].name.startswith("cuda"):
+        raise ValueError(problem or refusal(devices))
+    if bad and not quiet:
+        print(f"train.py: warning: {refusal(devices)}", file=sys.stderr, flush=True)
+    return kv_gib(devices) if where[0] and cfg["server"] == "local" else 0
 
 
 def describe(cfg, placement, devices, source=""):

@@ -418,24 +418,6 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
                           kv_cache=cfg["kv_cache"] or kv_cache)
 
 
-def memory_plan(cfg, config, source="", gpus=None, quiet=False):
-    """Print the run's memory plan (plan.py; quiet: not, on torchrun's other ranks) and refuse a placement that cannot
-    launch or a GPU that does not fit (ValueError); host memory over the plan is a warning (other processes move
-    it). Returns the plan's K/V budget in GiB for an embedded server on a GPU, else 0 (the engine's own share)."""
-    names = [h for h in cfg["harness"].split(",") if h.strip()]
-    where, devices = PLAN.make(cfg, config, gpus=gpus, trainers=len(names))
-    if not quiet:
-        print(PLAN.describe(cfg, where, devices, source), flush=True)
-    if why := PLAN.placement_problem(cfg, where) or PLAN.refusal(devices):
-        if PLAN.misfit(devices) and not PLAN.misfit(devices)[0].name.startswith("cuda") and \
-                not PLAN.placement_problem(cfg, where):
-            if not quiet:
-                print(f"train.py: warning: {why}", file=sys.stderr, flush=True)
-        else:
-            raise ValueError(why)
-    return PLAN.kv_gib(devices) if where[0] and cfg["server"] == "local" else 0
-
-
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
     fit: the run's pool.Fit (None: --sessions exactly)."""
@@ -476,7 +458,7 @@ async def run(cfg, resume=False, kv=None):
     path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
     config = C.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
-        kv = memory_plan(cfg, config)
+        kv = PLAN.check(cfg, config)
     limit = config.raw.get("max_position_embeddings")
     if cfg["server"] == "vllm" and isinstance(limit, int) and cfg["max_tokens"] < limit < cfg["context"]:
         print(f"context {cfg['context']} is above the checkpoint's max_position_embeddings {limit} (vLLM refuses "
@@ -574,11 +556,6 @@ def main(argv=None):
         cfg = RC.effective_config(args)
         if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
             cfg["device"] = None
-        if cfg.get("device"):
-            try:
-                torch.device(cfg["device"])
-            except RuntimeError:
-                raise SystemExit(f"train.py: --device {cfg['device']!r} is not a torch device (cpu, cuda, cuda:1)")
         here = torch.cuda.is_available()
         plan_gpus = cfg["gpus"] if args.plan and not here and not cfg.get("device") else None
         if plan_gpus is None:
@@ -590,8 +567,8 @@ def main(argv=None):
             if args.plan:
                 raise
             config = None              # a model fetched first: run() plans once it is here
-        kv = config and memory_plan(cfg, config, source + (f"; no GPU here: planned for {PLAN.GPU['name']}s"
-                                                           if plan_gpus else ""), gpus=plan_gpus, quiet=rank > 0)
+        kv = config and PLAN.check(cfg, config, source + (f"; no GPU here: planned for {PLAN.GPU['name']}s"
+                                                          if plan_gpus else ""), gpus=plan_gpus, quiet=rank > 0)
         if args.plan:
             return
     except (ValueError, C.CheckpointError) as e:

@@ -108,7 +108,7 @@ def test_a_kv_budget_under_one_context_row_is_refused_and_a_host_misfit_only_war
     assert "less than one --context row (131,072 positions" in why and "set --kv-cache" in why
     tiny = RC.recipe_config("tiny")
     monkeypatch.setattr(PLAN, "cpu_available", lambda: 1 << 30)          # a 1 GiB machine: over, but only warned
-    assert TR.memory_plan(tiny, PLAN.model_config("tiny")[0]) == 0
+    assert PLAN.check(tiny, PLAN.model_config("tiny")[0]) == 0
     assert "train.py: warning: the memory plan does not fit cpu" in capsys.readouterr().err
 
 
