@@ -95,6 +95,16 @@ def gpu_plan(gpus, visible, server_gpus=None, train_gpus=None, memory=0.9, local
     return server, train, min(memory, 0.5) if set(server) & set(train) else memory
 
 
+def vllm_context(config, context):
+    """`context` clamped to the checkpoint's max_position_embeddings (vLLM refuses more), saying so."""
+    limit = config.raw.get("max_position_embeddings")
+    if isinstance(limit, int) and 0 < limit < context:
+        print(f"vLLM: context {context} is above the checkpoint's max_position_embeddings {limit}: serving {limit}",
+              file=sys.stderr, flush=True)
+        return limit
+    return context
+
+
 def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, max_model_len=None, extra=(),
                  api_key=None, served_name=None, gpus=None, memory=None):
     """(`vllm serve` command line, environment) serving every adapter of a run from one server. rank: the run's LoRA
@@ -104,11 +114,7 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
     checkpoint's max_position_embeddings (vLLM refuses more), saying so."""
     config = C.read_config(C.resolve_model(model_path)) if model_type is None or max_model_len else None
     model_type = model_type or config.model_type
-    limit = config and config.raw.get("max_position_embeddings")
-    if max_model_len and isinstance(limit, int) and 0 < limit < max_model_len:
-        print(f"vLLM: context {max_model_len} is above {model_path}'s max_position_embeddings {limit}: serving "
-              f"{limit}", file=sys.stderr, flush=True)
-        max_model_len = limit
+    max_model_len = max_model_len and vllm_context(config, max_model_len)
     if FAMILIES[model_type].vllm_tool_parser is None:
         raise ValueError(f"vLLM 0.33 has no {model_type.upper()} implementation: "
                          "use the embedded server (--server local)")

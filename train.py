@@ -459,11 +459,8 @@ async def run(cfg, resume=False, kv=None):
     config = C.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
         kv = PLAN.check(cfg, config)
-    limit = config.raw.get("max_position_embeddings")
-    if cfg["server"] == "vllm" and isinstance(limit, int) and cfg["max_tokens"] < limit < cfg["context"]:
-        print(f"context {cfg['context']} is above the checkpoint's max_position_embeddings {limit} (vLLM refuses "
-              f"more): the run's context is {limit}", flush=True)
-        cfg["context"] = limit      # what vLLM serves and what the harnesses are told
+    if cfg["server"] == "vllm":     # what vLLM serves is what the harnesses are told
+        cfg["context"] = max(cfg["max_tokens"] + 1, SV.vllm_context(config, cfg["context"]))
     device = placement(cfg, 0)[3]
     P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
@@ -471,8 +468,7 @@ async def run(cfg, resume=False, kv=None):
     if mode:
         print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
-    handle = start_server(cfg, path, model, mode, device, names, run_dir,
-                          kv_cache=kv)
+    handle = start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=kv)
     client = SV.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
                 for n, learner in zip(names, learners)]
