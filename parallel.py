@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import gc
 import os
+import sys
 import warnings
 
 import torch
@@ -136,10 +138,24 @@ def follow(objs):
 
 def close():
     """Leave the process group together (a barrier, then destroy): a rank that exits while another still reads
-    its last message makes gloo abort that one (SIGABRT)."""
+    its last message makes gloo abort that one (SIGABRT). FSDP's/DDP's last async work handles go first."""
     if dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
+
+
+def end(status=None):
+    """sys.exit(status) - but under torchrun, after `close`, exit at once (os._exit, output flushed): gloo's worker
+    threads can still abort the interpreter's teardown ("terminate called without an active exception", SIGABRT,
+    pytorch#179291; seen in CI on a loaded machine after a run that had finished and saved everything)."""
+    if env()[1] == 1:
+        sys.exit(status)
+    if isinstance(status, str):
+        print(status, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if status is None else status if isinstance(status, int) else 1)
 
 
 def release():

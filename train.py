@@ -578,18 +578,21 @@ def main(argv=None):
     cfg = P.broadcast(cfg)           # rank 0's (its run name has a timestamp)
     if rank > 0:
         follow(cfg, device)
-        return P.close()
+        P.close()
+        return P.end()
+    error = None
     try:
         asyncio.run(run(cfg, resume=bool(args.resume), kv=kv))
     except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
         if not args.resume and not isinstance(e, RD.RunInUse):     # refused before its first step: no empty run left
             RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
-        sys.exit(f"train.py: {e}")
+        error = f"train.py: {e}"
     finally:
         if P.release():
             P.close()
         else:                        # failed inside a collective: the other ranks wait in it; torchrun stops them
             print("train.py: rank 0 failed in work done in lockstep; torchrun stops the other ranks", file=sys.stderr)
+    P.end(error)
 
 
 if __name__ == "__main__":

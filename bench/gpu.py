@@ -18,8 +18,6 @@ input gradient), and causal attention (2 matmuls, x3 for forward+backward, halve
 for sliding layers) - divided by the chip's dense bf16 peak (H200 SXM: 989 TFLOP/s).
 """
 import argparse
-import gc
-import os
 import random
 import sys
 import time
@@ -194,11 +192,8 @@ def parallel(args, cfg, dev, packed, where):
         print(f"{'mode':<13}{'ranks':>6}{'step s':>9}{'tokens/s':>11}{'speed-up':>10}{'peak GiB':>10}")
         for name, n, t, mem in rows:
             print(f"{name:<13}{n:>6}{t:>9.2f}{packed.tokens / t:>11.0f}{rows[0][2] / t:>9.2f}x{mem:>10.1f}")
-    gc.collect()     # drop FSDP's/DDP's last async work handles while the process group still stands
     P.close()        # leave together: a rank exiting while the other still talks to it makes gloo abort
-    sys.stdout.flush()
-    os._exit(0)      # gloo's worker threads can still abort at interpreter teardown on a loaded machine
-    #                  (seen once in CI: "terminate called without an active exception"; pytorch#179291)
+    P.end()          # ...and gloo's worker threads can still abort the interpreter's teardown
 
 
 if __name__ == "__main__":
