@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import kvcache
 import lora as L
 from chat import ChatFormat
 
@@ -117,13 +118,14 @@ class Engine:
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_bytes of K/V
         # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter
         # version). Shared safely: Cache.extend copies rows, never writes to it.
-        cfg = model.config
-        per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * model.lm_head.weight.element_size() * sum(
-            lt != "conv" for lt in cfg.layer_types)
+        # K/V bytes: per position of the full attention layers, per row of the sliding layers' rings (kvcache.py)
+        per_token, per_row = kvcache.costs(model.config, model.lm_head.weight.element_size())
+        self.kv_per_token, self.ring_positions = per_token, -(-per_row // max(1, per_token))    # a ring, in positions
         self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), int(prompt_cache_bytes // max(1, per_token))
-        # the decode batch's K/V: rows x the longest row's positions (None: unbounded); one row alone always runs
-        self.kv_per_token = per_token
-        self.kv_positions = None if kv_bytes is None else max(1, int(kv_bytes // max(1, per_token)))
+        # the decode batch's K/V: rows x the longest row's positions (None: unbounded), after max_batch rows' rings;
+        # one row alone always runs
+        self.kv_positions = None if kv_bytes is None else \
+            max(1, int((kv_bytes - max_batch * per_row) // max(1, per_token)))
         self.preemptions, self.admissions, self.kv_peak = 0, 0, 0    # kv_peak: most slots x positions held
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
@@ -317,10 +319,9 @@ class Engine:
         self.prompts.move_to_end(base) if base else None      # in use: the last to go
         return base, shared
 
-    @staticmethod
-    def _slots(key, cache):
-        """What a stored prompt holds: its cache's capacity (the prompt's length) in token positions."""
-        return max(len(key[1]), getattr(cache, "cap", 0))
+    def _slots(self, key, cache):
+        """What a stored prompt holds in token positions: its cache's capacity (the prompt's length) and its rings."""
+        return max(len(key[1]), getattr(cache, "cap", 0)) + self.ring_positions
 
     def _remember(self, key, cache, logits):
         slots = self._slots(key, cache)

@@ -5,11 +5,13 @@ The batch's B rows are slots 0..B-1, so a decode step runs over a view of them; 
 free slots, `remove` moves the last rows into the holes. Slots and positions grow by doubling, within `budget`
 (slots x positions, the engine's KV budget): past it the slots shrink to the rows in use, and the engine admits and
 preempts rows so B x the longest row stays inside it. Rows sit at different lengths: a mask over the padded capacity
-shows each row its own positions (sliding windows: masked, not dropped).
+shows each row its own positions. A sliding layer keeps only its window: a ring of `window` positions per row
+(position p in slot p % window), whatever the row's length - its cost is per row, not per position (`costs`).
 
 Left out: paging (a row's positions are contiguous, so the budget counts every row at the longest one's length),
-sliding layers' K/V past their window (kept), shrinking positions (the capacity stays at the longest row seen until
-the engine starts a new cache), branches (a row is one sequence).
+shrinking positions (the capacity stays at the longest row seen until the engine starts a new cache), going back
+(a ring cannot be cut to an earlier length: the engine's stored prompts only ever continue from their end),
+branches (a row is one sequence).
 """
 import torch
 import torch.nn.functional as F
@@ -25,9 +27,22 @@ def _resized(c, slots, cap=None):
     return out
 
 
+def _ringed(cfg, layer_type):
+    return layer_type == "sliding_attention" and bool(cfg.sliding_window)
+
+
+def costs(cfg, width):
+    """(bytes one position of a row holds in the full attention layers, bytes a row's sliding-layer rings hold)."""
+    per_layer = 2 * cfg.num_key_value_heads * cfg.head_dim * width
+    full = sum(lt != "conv" and not _ringed(cfg, lt) for lt in cfg.layer_types)
+    rings = sum(_ringed(cfg, lt) for lt in cfg.layer_types)
+    return per_layer * full, per_layer * rings * (cfg.sliding_window or 0)
+
+
 class Cache:
-    """Per-row decoding state in slots: K/V per attention layer [slots, hkv, cap, D], conv state per conv layer
-    [slots, L-1, H] (the last L-1 values of B*x). `lengths[b]`: tokens row b holds; rows are slots 0..B-1."""
+    """Per-row decoding state in slots: K/V per full attention layer [slots, hkv, cap, D], per sliding layer a ring
+    [slots, hkv, window, D], conv state per conv layer [slots, L-1, H] (the last L-1 values of B*x).
+    `lengths[b]`: tokens row b holds; rows are slots 0..B-1."""
 
     def __init__(self, model, batch_size: int, capacity: int = 256, causal=None, budget=None):
         cfg, p = model.config, model.lm_head.weight
@@ -35,13 +50,14 @@ class Cache:
         self.budget = budget        # slots x positions the buffers may hold (None: unbounded); one row may exceed it
         self.B, self.slots, self.cap = batch_size, batch_size, max(1, capacity)
         self.lengths = torch.zeros(batch_size, dtype=torch.long)
-        self.kv, self.state = {}, {}
+        self.kv, self.ring, self.state = {}, {}, {}
         for i, lt in enumerate(cfg.layer_types):
             if lt == "conv":
                 self.state[i] = p.new_zeros(batch_size, cfg.conv_L_cache - 1, cfg.hidden_size)
             else:
-                shape = (batch_size, cfg.num_key_value_heads, self.cap, cfg.head_dim)
-                self.kv[i] = (p.new_zeros(shape), p.new_zeros(shape))
+                ring = _ringed(cfg, lt)
+                shape = (batch_size, cfg.num_key_value_heads, cfg.sliding_window if ring else self.cap, cfg.head_dim)
+                (self.ring if ring else self.kv)[i] = (p.new_zeros(shape), p.new_zeros(shape))
 
     def reserve(self, rows, positions):
         """Room for `rows` rows of `positions` each. Grows by doubling (a full-buffer copy a handful of times per
@@ -63,8 +79,11 @@ class Cache:
             return
         for i in list(self.kv):     # layer by layer: the copy's peak is the buffers + one layer's, not twice them
             self.kv[i] = tuple(_resized(t, slots, cap) for t in self.kv[i])
-        for i in list(self.state):
-            self.state[i] = _resized(self.state[i], slots)
+        if slots != self.slots:
+            for i in list(self.ring):
+                self.ring[i] = tuple(_resized(t, slots) for t in self.ring[i])
+            for i in list(self.state):
+                self.state[i] = _resized(self.state[i], slots)
         self.slots, self.cap = slots, cap
 
     def fits(self, rows, positions):
@@ -82,6 +101,8 @@ class Cache:
                 # a freed slot keeps its last row's values past n: masked, but a NaN there (a diverged adapter)
                 # would still poison the softmax-times-V product, so the new row's tail starts at zero
                 t[B:B + ob, :, n:] = 0
+        for i, (kc, vc) in self.ring.items():       # whole rings: a new row's unwritten slots are its own zeros
+            kc[B:B + ob], vc[B:B + ob] = other.ring[i][0][:ob], other.ring[i][1][:ob]
         for i, s in self.state.items():
             s[B:B + ob] = other.state[i][:ob]
         self.lengths = torch.cat([self.lengths, other.lengths[:ob]])
@@ -99,7 +120,7 @@ class Cache:
             order[h] = m
         if holes:
             dst, src = torch.tensor(holes), torch.tensor(movers)
-            for kv in self.kv.values():
+            for kv in (*self.kv.values(), *self.ring.values()):
                 for t in kv:
                     t[dst.to(t.device)] = t[src.to(t.device)]
             for s in self.state.values():
@@ -109,6 +130,8 @@ class Cache:
         return order
 
     def attend(self, layer, q, k, v, window, seg, B):
+        if layer in self.ring:
+            return self._attend_ring(layer, q, k, v, window, B)
         N, h, D = q.shape
         T = N // B
         need = int(self.lengths.max()) + T
@@ -134,6 +157,36 @@ class Cache:
                 mask = mask & (kpos > qpos - window)
             o = F.scaled_dot_product_attention(qb, kc[:B, :, :need], vc[:B, :, :need], attn_mask=mask,
                                                enable_gqa=h != kc.shape[1])
+        return o.transpose(1, 2).reshape(N, h, D)
+
+    def _attend_ring(self, layer, q, k, v, W, B):
+        """A sliding layer: the new keys see the ring (the row's last W positions) and each other within the window;
+        then the last min(T, W) of them overwrite the ring's oldest slots."""
+        N, h, D = q.shape
+        T = N // B
+        kr, vr = self.ring[layer]
+        kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
+        qb = q.view(B, T, h, D).transpose(1, 2)
+        L = self.lengths.to(q.device)
+        if int(L.max()) == 0:     # fresh prefill: nothing in the rings
+            o = self.causal(qb, kb, vb, W)
+        else:
+            last = (L - 1)[:, None]
+            ring_pos = last - (last - torch.arange(W, device=q.device)) % W     # the position slot j holds (< 0: none)
+            qpos = L[:, None] + torch.arange(T, device=q.device)
+            kpos = torch.cat([ring_pos, qpos], 1)[:, None, None, :]
+            qp = qpos[:, None, :, None]
+            mask = (kpos >= 0) & (kpos <= qp) & (kpos > qp - W)
+            o = F.scaled_dot_product_attention(qb, torch.cat([kr[:B], kb], 2), torch.cat([vr[:B], vb], 2),
+                                               attn_mask=mask, enable_gqa=h != kr.shape[1])
+        if T == 1:
+            rows, slot = torch.arange(B, device=kr.device), (L % W).to(kr.device)
+            kr[rows, :, slot], vr[rows, :, slot] = kb[:, :, 0], vb[:, :, 0]
+        else:
+            n = min(T, W)
+            for b in range(B):
+                slots = ((int(L[b]) + T - n + torch.arange(n)) % W).to(kr.device)
+                kr[b][:, slots], vr[b][:, slots] = kb[b, :, T - n:], vb[b, :, T - n:]    # [hkv, n, D] each
         return o.transpose(1, 2).reshape(N, h, D)
 
     def conv(self, layer, bx, weight, bias, B):

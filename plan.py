@@ -29,6 +29,7 @@ import torch
 import checkpoint as C
 import engine as ENG
 import grpo as G
+import kvcache as KV
 import lora as L
 import model as M
 import servers as SV
@@ -216,11 +217,6 @@ def logprob_chunks(config):
     return 3 * chunk * config.vocab_size * 4
 
 
-def kv_per_position(config, width):
-    """Bytes of K/V one position holds across the attention layers (engine.Engine.kv_per_token)."""
-    return 2 * config.num_key_value_heads * config.head_dim * width * sum(lt != "conv" for lt in config.layer_types)
-
-
 def cpu_available():
     try:
         return next(int(x.split()[1]) * 1024 for x in open("/proc/meminfo") if x.startswith("MemAvailable"))
@@ -306,15 +302,18 @@ def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
         dev.add("prompt cache", ENG.Engine.PROMPT_CACHE, "the engine's byte cap")
         rows = ENG.Engine.MAX_BATCH
         dev.add("decode logits", 2 * rows * config.vocab_size * 4, f"{rows} rows x vocabulary fp32")
-        per_pos = kv_per_position(config, width)
+        per_pos, per_row = KV.costs(config, width)      # full layers' positions; sliding layers' rings per row
         if cfg["kv_cache"]:
             kv, how = cfg["kv_cache"] * GIB, "--kv-cache"
         elif host:
             kv, how = cpu_available() / 8, "1/8 of the memory available"
         else:     # what the GPU has left, less a tenth for the allocator's fragmentation
             kv, how = max(0.0, 0.9 * dev.memory - dev.total), "the rest of the GPU, less a tenth"
-        dev.add("K/V budget", kv, f"{how}: {kv / max(1, per_pos) / 1e6:.2f} M positions of {per_pos / 1024:.1f} KiB")
-        dev.floor["K/V budget"] = (per_pos * cfg["context"], f"one --context row ({cfg['context']:,} positions)")
+        rings = rows * per_row
+        dev.add("K/V budget", kv, f"{how}: {max(0, kv - rings) / max(1, per_pos) / 1e6:.2f} M positions of "
+                                  f"{per_pos / 1024:.1f} KiB" + (f" + {rows} rows' sliding windows, {rings / GIB:.2f} "
+                                                                  f"GiB" if rings else ""))
+        dev.floor["K/V budget"] = (per_pos * cfg["context"] + rings, f"one --context row ({cfg['context']:,} positions)")
     else:
         for d in serve:
             devices[d].add("vLLM", share * devices[d].memory, f"--gpu-memory-utilization {share:g}")

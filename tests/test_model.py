@@ -7,6 +7,7 @@ import torch
 
 import checkpoint as C
 import families
+import kvcache
 import model as M
 import tiny
 from conftest import generate  # noqa: E402
@@ -210,6 +211,25 @@ def test_cached_decode_equals_full_forward(tmp_path, model_type):
     assert (got - full).abs().max().item() <= TOL
 
 
+def test_sliding_layers_keep_only_their_window(tmp_path):
+    # lfm3's sliding layer (window 8) holds a ring of 8 positions per row however long the row; a chunk longer than
+    # the window after a cached prefix (the engine continuing a stored prompt), then single tokens, stay exact
+    _, ours = save_hf(tmp_path, "lfm3")
+    W = ours.config.sliding_window
+    ids = rand_ids(2, 5 + 2 * W + 1 + 20)
+    with torch.no_grad():
+        full = ours(ids)
+        cache = ours.new_cache(2, capacity=4)
+        steps = [ours(ids[:, :5], cache=cache), ours(ids[:, 5:6 + 2 * W], cache=cache)]
+        steps += [ours(ids[:, t:t + 1], cache=cache) for t in range(6 + 2 * W, ids.shape[1])]
+    assert (torch.cat(steps, 1) - full).abs().max().item() <= TOL
+    assert cache.ring and all(k.shape[2] == W for kv in cache.ring.values() for k in kv), cache.ring.keys()
+    assert cache.kv and all(k.shape[2] >= ids.shape[1] for kv in cache.kv.values() for k in kv)
+    per_position, per_row = kvcache.costs(ours.config, 4)
+    assert per_row == 2 * ours.config.num_key_value_heads * ours.config.head_dim * 4 * W * len(cache.ring)
+    assert per_position == 2 * ours.config.num_key_value_heads * ours.config.head_dim * 4 * len(cache.kv)
+
+
 def test_cache_rows_at_different_lengths(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
     a, b = rand_ids(14), rand_ids(8)
@@ -217,14 +237,9 @@ def test_cache_rows_at_different_lengths(tmp_path):
         ca, cb = ours.new_cache(1), ours.new_cache(1)
         ours(a[None, :10], cache=ca)
         ours(b[None, :4], cache=cb)
-        both = ours.new_cache(2)   # a batch whose rows sit at lengths 10 and 4
-        for i, c in enumerate((ca, cb)):
-            for layer, (k, v) in c.kv.items():
-                both.kv[layer][0][i, :, :k.shape[2]] = k[0, :, :both.kv[layer][0].shape[2]]
-                both.kv[layer][1][i, :, :v.shape[2]] = v[0, :, :both.kv[layer][1].shape[2]]
-            for layer, s in c.state.items():
-                both.state[layer][i] = s[0]
-        both.lengths = torch.tensor([10, 4])
+        both = ours.new_cache(0)   # a batch whose rows sit at lengths 10 and 4
+        both.extend(ca), both.extend(cb)
+        assert both.lengths.tolist() == [10, 4]
         got = ours(torch.stack([a[10:14], b[4:8]]), cache=both)
         want_a, want_b = ours(a[None])[0, 10:14], ours(b[None])[0, 4:8]
     assert (got[0] - want_a).abs().max() <= TOL and (got[1] - want_b).abs().max() <= TOL
@@ -428,7 +443,7 @@ def test_rows_join_and_leave_the_slot_cache_without_changing_anyones_logits(tmp_
         order = batch.remove([1])                   # row 1 (seq 1) done: row 2 (seq 2) moves into slot 1
         rows = [rows[j] for j in order]
         assert rows == [0, 2] and batch.B == 2
-        for kc, vc in batch.kv.values():
+        for kc, vc in (*batch.kv.values(), *batch.ring.values()):
             kc[2:], vc[2:] = float("nan"), float("nan")    # the freed slot's stale values
         join(3, 4)
         step(), step(), step()

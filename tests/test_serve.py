@@ -240,7 +240,7 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
 
 def test_stored_prompts_stay_under_their_token_bound():
     e = S.Engine.__new__(S.Engine)          # only the bookkeeping: no model, no thread
-    e.prompts, e.prompt_cache_tokens, e.prompt_tokens = collections.OrderedDict(), 10, 0
+    e.prompts, e.prompt_cache_tokens, e.prompt_tokens, e.ring_positions = collections.OrderedDict(), 10, 0, 0
     for i in range(50):
         e._remember(("a", tuple(range(i, i + 3))), None, None)
     assert e.prompt_tokens == 9 == sum(len(k[1]) for k in e.prompts) and len(e.prompts) == 3
@@ -251,6 +251,11 @@ def test_stored_prompts_stay_under_their_token_bound():
     e._remember(("a", (1, 2)), big, None)
     e._remember(("a", (3, 4)), big, None)                      # 16 slots > 10: the first one goes
     assert list(e.prompts) == [("a", (3, 4))] and e.prompt_tokens == 8
+    e.forget("a")
+    e.ring_positions = 3                                        # sliding layers' rings: 3 positions' worth a prompt
+    for i in range(5):
+        e._remember(("a", (i, i + 1)), None, None)
+    assert e.prompt_tokens == 10 == 2 * (2 + 3) and len(e.prompts) == 2
 
 
 def test_new_weights_under_an_old_name_are_not_answered_from_stored_prompts(env):
