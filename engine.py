@@ -5,8 +5,9 @@ and prefills queued requests, up to max_batch; a step advances every active row 
 rows in the cache's fixed slots (kvcache.py). Its K/V has a fixed budget in bytes: a request is admitted while the
 batch, at its longest row, fits it; when growing rows outgrow it the newest row is preempted - its slot freed, its
 request queued first, later prefilled again over prompt + tokens so far and continued (vLLM's recompute preemption;
-its tokens and logprobs stand). Logprobs are those of the distribution sampled from (vLLM's
-processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a prefill starts from the longest stored
+its tokens and logprobs stand). Sampling is one batched pass on the model's device (`sample`: Gumbel-max over noise
+hashed from each request's seed and step, so a row draws the same in any batch); only token ids and logprobs come
+back, one copy a step. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a prefill starts from the longest stored
 prompt it begins with. A fault ends its request alone; an error in a step fails the active batch, serving goes on.
 
 Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt is
@@ -53,7 +54,6 @@ class Request:
     finish_reason: str | None = None
     events: asyncio.Queue | None = None     # ("token", id, logprob) ... ("done", finish_reason)
     loop: asyncio.AbstractEventLoop | None = None
-    gen: torch.Generator | None = None
     cancelled: bool = False                 # its client went away: the engine drops it at the next step
     preempted: int = 0                      # times its row gave its K/V back (it goes on from prompt + out_ids)
     admitted: int = 0                       # the engine's admission count when it joined the batch (newest: highest)
@@ -87,23 +87,55 @@ def kv_budget(gb, device) -> float:
     return avail / 8
 
 
-def sample(logits, temperature, top_p, gen, top_k=0):
-    """One token from 1-D logits with temperature / top-k / nucleus sampling; returns (token, logprob under
-    the distribution actually sampled from - vLLM's processed logprobs). temperature 0 = greedy."""
-    logits = logits.float().cpu()
-    if temperature <= 0:
-        lp = torch.log_softmax(logits, -1)
-        tok = int(lp.argmax())
-        return tok, float(lp[tok])
-    lp = torch.log_softmax(logits / temperature, -1)
-    if 0 < top_k < lp.shape[0]:
-        lp = torch.log_softmax(lp.masked_fill(lp < lp.topk(top_k).values[-1], float("-inf")), -1)
-    if top_p < 1.0:
-        p_sorted, idx = lp.exp().sort(descending=True)
-        drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p     # keep the smallest prefix reaching top_p
-        lp = torch.log_softmax(lp.index_fill(0, idx[drop], float("-inf")), -1)
-    tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
-    return tok, float(lp[tok])
+_GOLD, _C1, _C2 = (c - (1 << 64) for c in (0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9, 0x94d049bb133111eb))
+
+
+def _shr(x, s):
+    return (x >> s) & ((1 << (64 - s)) - 1)     # a logical shift of int64 (torch's >> keeps the sign)
+
+
+def _mix(x):
+    """splitmix64's finalizer on int64 tensors (products wrap modulo 2**64)."""
+    x = (x ^ _shr(x, 30)) * _C1
+    x = (x ^ _shr(x, 27)) * _C2
+    return x ^ _shr(x, 31)
+
+
+def gumbel(seeds, steps, vocab, device):
+    """Gumbel noise [B, vocab], fp64, a pure function of (seed, step, token id): splitmix64's stream from a state
+    hashed from the row's seed and step, so a row's draw is the same in any batch, on any device, after preemption."""
+    base = _mix(_mix(torch.tensor(seeds, dtype=torch.long, device=device)) +
+                torch.tensor(steps, dtype=torch.long, device=device) * _GOLD)
+    x = _mix(base[:, None] + torch.arange(1, vocab + 1, device=device) * _GOLD)
+    u = (_shr(x, 11).double() + 0.5) * 2.0 ** -53                 # uniform in (0, 1), 53 bits
+    return -torch.log(-torch.log(u))
+
+
+def sample(logits, temperature, top_p, top_k, seeds, steps):
+    """Next tokens of a batch: logits [B, V] and per row (lists) temperature (<= 0: greedy), top_p, top_k (0: off),
+    seed and step (tokens it sampled so far). Returns (tokens [B], logprobs [B]) on the logits' device - the logprob
+    under the distribution actually sampled from (vLLM's processed logprobs; greedy: the plain softmax). Gumbel-max
+    over `gumbel` noise: one batched pass, no per-row generator, and only ids and logprobs need leave the device."""
+    dev, (B, V) = logits.device, logits.shape
+    greedy = [t <= 0 for t in temperature]
+    scale = torch.tensor([1.0 if g else float(t) for g, t in zip(greedy, temperature)], device=dev)
+    lp = torch.log_softmax(logits.float() / scale[:, None], -1)
+    ks = [0 if g or not 0 < k < V else k for g, k in zip(greedy, top_k)]
+    if any(ks):
+        kmax = max(ks)
+        kth = lp.topk(kmax, -1).values.gather(1, torch.tensor([max(k, 1) - 1 for k in ks], device=dev)[:, None])
+        kth = kth.masked_fill(torch.tensor([k == 0 for k in ks], device=dev)[:, None], float("-inf"))
+        lp = torch.log_softmax(lp.masked_fill(lp < kth, float("-inf")), -1)
+    ps = [float("inf") if g or p >= 1.0 else float(p) for g, p in zip(greedy, top_p)]
+    if any(p < 1.0 for p in ps):
+        p_sorted, idx = lp.exp().sort(-1, descending=True)
+        drop = (p_sorted.cumsum(-1) - p_sorted) >= torch.tensor(ps, device=dev)[:, None]   # the smallest prefix
+        lp = torch.log_softmax(lp.masked_fill(torch.zeros_like(drop).scatter(1, idx, drop), float("-inf")), -1)
+    tok = lp.argmax(-1)
+    if not all(greedy):
+        drawn = (lp.double() + gumbel(seeds, steps, V, dev)).argmax(-1)
+        tok = torch.where(torch.tensor(greedy, device=dev), tok, drawn)
+    return tok, lp.gather(1, tok[:, None])[:, 0]
 
 
 class Engine:
@@ -149,7 +181,7 @@ class Engine:
         if self.waiting() >= self.max_queue:
             raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
         req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
-        req.gen = torch.Generator().manual_seed(req.seed if req.seed is not None else random.getrandbits(63))
+        req.seed = req.seed if req.seed is not None else random.getrandbits(63)
         self.pending.put(req)
         self.wake.set()
         return req
@@ -272,7 +304,12 @@ class Engine:
                 return
             if not req.out_ids:     # a preempted row's prompt + tokens is its own, not a prompt to share
                 self._remember(key, cache, logits)
-        if self._accept(req, logits, bool(torch.isfinite(logits).all())):
+        try:
+            drawn = self._sample([req], logits[None])[0]
+        except Exception as e:
+            req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
+            return
+        if self._accept(req, *drawn):
             self.cache.extend(cache)
             self.admissions += 1
             req.admitted = self.admissions
@@ -344,14 +381,12 @@ class Engine:
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
         try:
             L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
-            # one copy to the host for the whole batch: on a GPU one sync a step, not one per row in sample()
-            logits = self.model(toks, cache=self.cache)[:, -1].float().cpu()
+            drawn = self._sample(self.active, self.model(toks, cache=self.cache)[:, -1])
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")
             return
         self.kv_peak = max(self.kv_peak, self.cache.slots * self.cache.cap)
-        finite = torch.isfinite(logits).all(-1).tolist()      # one check for the batch, not one per row
-        gone = [i for i, r in enumerate(self.active) if not self._accept(r, logits[i], finite[i])]
+        gone = [i for i, r in enumerate(self.active) if not self._accept(r, *drawn[i])]
         if gone:
             # finished rows free their slots and the last rows move into them (a row copy each): reorder likewise
             order = self.cache.remove(gone)
@@ -359,9 +394,18 @@ class Engine:
         if not self.active:     # idle: give the slots back (the next batch regrows them by doubling)
             self.cache = self._new_cache()
 
-    def _accept(self, req: Request, logits, finite: bool) -> bool:
-        """Sample the next token of `req`; returns whether it goes on. A request whose client left, whose
-        logits are not finite (a diverged adapter) or whose sampling fails ends here, alone."""
+    @staticmethod
+    def _sample(reqs, logits):
+        """(token, logprob, finite) per request from logits [B, V]: sampled on the logits' device, one copy back."""
+        tok, lp = sample(logits, [r.temperature for r in reqs], [r.top_p for r in reqs], [r.top_k for r in reqs],
+                         [r.seed for r in reqs], [len(r.out_ids) for r in reqs])
+        finite = torch.isfinite(logits).all(-1)     # a diverged adapter's row: told apart, not sampled from
+        out = torch.stack([tok.double(), lp.double(), finite.double()]).cpu().tolist()
+        return [(int(t), lp, bool(f)) for t, lp, f in zip(*out)]
+
+    def _accept(self, req: Request, tok: int, lp: float, finite: bool) -> bool:
+        """Take the sampled token of `req`; returns whether it goes on. A request whose client left or whose
+        logits are not finite (a diverged adapter) ends here, alone."""
         if req.cancelled:
             req.finish_reason = "abort"
             req.emit("done", "abort")
@@ -369,11 +413,6 @@ class Engine:
         if not finite:
             req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "
                               "inf weights?)")
-            return False
-        try:
-            tok, lp = sample(logits, req.temperature, req.top_p, req.gen, req.top_k)
-        except Exception as e:
-            req.emit("error", f"sampling failed: {type(e).__name__}: {e}")
             return False
         req.out_ids.append(tok)
         req.out_lps.append(lp)

@@ -129,28 +129,35 @@ class Cache:
         self.B = nb
         return order
 
+    def start(self, T, device):
+        """Before a forward of T new tokens a row: the rows' lengths go to the device once a step, not once a layer
+        (on a GPU, a blocking copy each); returns the new tokens' positions [B, T]."""
+        self.at = self.lengths.to(device)
+        self.longest = int(self.lengths.max()) if len(self.lengths) else 0
+        self.rows = torch.arange(len(self.lengths), device=device)
+        return self.at[:, None] + torch.arange(T, device=device)
+
     def attend(self, layer, q, k, v, window, seg, B):
         if layer in self.ring:
             return self._attend_ring(layer, q, k, v, window, B)
         N, h, D = q.shape
         T = N // B
-        need = int(self.lengths.max()) + T
+        need = self.longest + T
         if need > self.cap:         # (every decode step passes here: grow only when full)
             self.reserve(B, need)
         kc, vc = self.kv[layer]
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         if T == 1:      # decode: every row's new K/V in one indexed write, not B small copies
-            rows, pos = torch.arange(B, device=kc.device), self.lengths.to(kc.device)
-            kc[rows, :, pos], vc[rows, :, pos] = kb[:, :, 0], vb[:, :, 0]
+            kc[self.rows, :, self.at], vc[self.rows, :, self.at] = kb[:, :, 0], vb[:, :, 0]
         else:
             for b in range(B):        # rows may sit at different lengths (continuous batching)
                 s = int(self.lengths[b])
                 kc[b, :, s:s + T], vc[b, :, s:s + T] = kb[b], vb[b]
         qb = q.view(B, T, h, D).transpose(1, 2)
-        if int(self.lengths.max()) == 0:     # fresh prefill: no cached past, the packed path is exact
+        if self.longest == 0:     # fresh prefill: no cached past, the packed path is exact
             o = self.causal(qb, kb, vb, window)
         else:
-            qpos = (self.lengths.to(q.device)[:, None] + torch.arange(T, device=q.device))[:, None, :, None]
+            qpos = (self.at[:, None] + torch.arange(T, device=q.device))[:, None, :, None]
             kpos = torch.arange(need, device=q.device)[None, None, None, :]
             mask = kpos <= qpos
             if window is not None:
@@ -167,8 +174,8 @@ class Cache:
         kr, vr = self.ring[layer]
         kb, vb = k.view(B, T, -1, D).transpose(1, 2), v.view(B, T, -1, D).transpose(1, 2)
         qb = q.view(B, T, h, D).transpose(1, 2)
-        L = self.lengths.to(q.device)
-        if int(L.max()) == 0:     # fresh prefill: nothing in the rings
+        L = self.at
+        if self.longest == 0:     # fresh prefill: nothing in the rings
             o = self.causal(qb, kb, vb, W)
         else:
             last = (L - 1)[:, None]
@@ -180,12 +187,12 @@ class Cache:
             o = F.scaled_dot_product_attention(qb, torch.cat([kr[:B], kb], 2), torch.cat([vr[:B], vb], 2),
                                                attn_mask=mask, enable_gqa=h != kr.shape[1])
         if T == 1:
-            rows, slot = torch.arange(B, device=kr.device), (L % W).to(kr.device)
-            kr[rows, :, slot], vr[rows, :, slot] = kb[:, :, 0], vb[:, :, 0]
+            slot = L % W
+            kr[self.rows, :, slot], vr[self.rows, :, slot] = kb[:, :, 0], vb[:, :, 0]
         else:
             n = min(T, W)
             for b in range(B):
-                slots = ((int(L[b]) + T - n + torch.arange(n)) % W).to(kr.device)
+                slots = ((int(self.lengths[b]) + T - n + torch.arange(n)) % W).to(kr.device)
                 kr[b][:, slots], vr[b][:, slots] = kb[b, :, T - n:], vb[b, :, T - n:]    # [hkv, n, D] each
         return o.transpose(1, 2).reshape(N, h, D)
 

@@ -467,10 +467,11 @@ class CausalLM(nn.Module):
         """input_ids [B, T] -> logits [B, T, V] (final hidden states [B, T, H] with return_hidden). Without a cache,
         sequences may be packed in a row (see Segments); with one, row b continues at cache.lengths[b]."""
         B, T = input_ids.shape
-        if position_ids is None:
+        if cache is not None:
+            start = cache.start(T, input_ids.device)
+            position_ids = start if position_ids is None else position_ids
+        elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-            if cache is not None:
-                position_ids = position_ids + cache.lengths[:, None].to(input_ids.device)
         if position_ids.shape != (B, T):
             raise ValueError(f"position_ids shape {tuple(position_ids.shape)} != input_ids shape {(B, T)}")
         seg = find_segments(position_ids) if cache is None else Segments([T] * B, None, True)

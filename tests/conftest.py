@@ -54,18 +54,17 @@ def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, s
     """Sample a continuation of one prompt (list of ids) with the model's cache (the server's decode loop is
     engine.py's; this one is for tests); returns (new ids, their logprobs under the distribution actually sampled). temperature 0 = greedy. With `n`, samples n continuations in one
     batch (rows share the prompt) and returns a list of n such pairs."""
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(seed if seed is not None else random.getrandbits(63))
     rows = n or 1
+    seed = seed if seed is not None else random.getrandbits(62)
+    seeds = [hash((seed, r)) for r in range(rows)]     # rows sharing a prompt draw apart (tuples of ints hash stably)
     cache = model.new_cache(rows, len(prompt_ids) + max_new_tokens)
     logits = model(torch.tensor([prompt_ids] * rows, device=model.device), cache=cache)[:, -1]
     outs, eos = [([], []) for _ in range(rows)], set(eos_ids)
     done = [False] * rows
-    for _ in range(max_new_tokens):
-        toks = []
-        for r in range(rows):
-            tok, lp = E.sample(logits[r], temperature, top_p, gen)
-            toks.append(tok)
+    for step in range(max_new_tokens):
+        drawn = E.sample(logits, [temperature] * rows, [top_p] * rows, [0] * rows, seeds, [step] * rows)
+        toks = drawn[0].tolist()
+        for r, (tok, lp) in enumerate(zip(toks, drawn[1].tolist())):
             if not done[r]:
                 outs[r][0].append(tok)
                 outs[r][1].append(lp)

@@ -326,8 +326,8 @@ def test_logprobs_at_the_sampling_temperature_equal_the_samplers(temperature):
     import engine as E
     torch.manual_seed(0)
     h, w = torch.randn(6, 16, requires_grad=True), torch.randn(101, 16)
-    gen = torch.Generator().manual_seed(0)
-    sampled = [E.sample(h[i].detach() @ w.t(), temperature, 1.0, gen) for i in range(6)]
+    tok, lp = E.sample(h.detach() @ w.t(), [temperature] * 6, [1.0] * 6, [0] * 6, [0] * 6, list(range(6)))
+    sampled = list(zip(tok.tolist(), lp.tolist()))
     got = G.token_logprobs(h, w, torch.tensor([t for t, _ in sampled]), chunk=4, temperature=temperature)
     assert torch.allclose(got, torch.tensor([lp for _, lp in sampled]), atol=1e-5)
     got.sum().backward()                      # and the gradient flows through the scaling

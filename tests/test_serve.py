@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import checkpoint as C
+import engine as E
 import grpo as G
 import lora as L
 import inference as S
@@ -236,6 +237,59 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
         want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
         got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
         assert (got - want).abs().max() <= 1e-4
+
+
+def _processed(logits, temperature, top_p, top_k):
+    """The distribution vLLM samples from, written out plainly for one row: temperature, then top-k (ties kept),
+    then the smallest prefix of the sorted probabilities reaching top_p."""
+    p = torch.softmax(logits.double() / temperature, -1)
+    if 0 < top_k < len(p):
+        p = torch.where(p >= p.sort(descending=True).values[top_k - 1], p, 0.0)
+        p = p / p.sum()
+    order, keep = p.argsort(descending=True).tolist(), set()
+    total = 0.0
+    for i in order:
+        if total >= top_p:
+            break
+        keep.add(i)
+        total += float(p[i])
+    p = torch.tensor([float(p[i]) if i in keep else 0.0 for i in range(len(p))], dtype=torch.float64)
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 1.0, 0), (1.3, 0.8, 0), (1.0, 1.0, 3),
+                                                     (0.8, 0.9, 4)])
+def test_batched_sampler_draws_the_processed_distribution(temperature, top_p, top_k):
+    """engine.sample (Gumbel-max over hashed noise, one batched pass): 20 000 seeded draws of one row follow the
+    processed distribution (chi-square), and each returned logprob is that distribution's at the token drawn."""
+    logits = torch.tensor([2.0, 1.5, 0.3, 0.0, -0.5, -1.0, -3.0, 1.0])
+    n = 20_000
+    want = _processed(logits, temperature, top_p, top_k)
+    tok, lp = E.sample(logits.expand(n, -1), [temperature] * n, [top_p] * n, [top_k] * n, list(range(n)), [7] * n)
+    counts = torch.bincount(tok, minlength=len(logits)).double()
+    assert counts[want == 0].sum() == 0, (counts, want)          # nothing outside top-k / top-p
+    live = want > 0
+    chi2 = float(((counts[live] - n * want[live]) ** 2 / (n * want[live])).sum())
+    assert chi2 < 30, (chi2, counts / n, want)                  # <= 7 degrees of freedom: p < 1e-4 to fail
+    assert torch.allclose(lp.double(), want[tok].log(), atol=1e-5)
+
+
+def test_batched_sampler_rows_are_their_own():
+    """A row's draw depends on its seed and step only - not on the batch around it (continuous batching and
+    preemption change that) - and greedy rows take the argmax with the plain softmax's logprob."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 300, generator=g)
+    args = ([1.0, 0.7, 0.0, 1.0, 1.2], [1.0, 0.9, 0.5, 1.0, 0.95], [0, 0, 5, 50, 0], [11, 12, 13, 11, -4], [0, 3, 9, 1, 2])
+    tok, lp = E.sample(logits, *args)
+    for i in range(5):
+        one = E.sample(logits[i:i + 1], *([a[i]] for a in args))
+        assert one[0].item() == tok[i].item() and abs(one[1].item() - lp[i].item()) < 1e-6, i
+    assert tok[2] == logits[2].argmax() and abs(lp[2] - torch.log_softmax(logits[2], -1).max()) < 1e-6
+    again = E.sample(logits, *args)
+    assert torch.equal(again[0], tok)                              # seeded: the same draw
+    steps = E.sample(logits[0].expand(64, -1), [1.0] * 64, [1.0] * 64, [0] * 64, [11] * 64, list(range(64)))[0]
+    seeds = E.sample(logits[0].expand(64, -1), [1.0] * 64, [1.0] * 64, [0] * 64, list(range(64)), [0] * 64)[0]
+    assert len(set(steps.tolist())) > 20 and len(set(seeds.tolist())) > 20    # steps and seeds draw apart
 
 
 def test_stored_prompts_stay_under_their_token_bound():
