@@ -8,7 +8,8 @@ branch sharing its root's first p tokens (`Segments`): 8 rollouts of one prompt 
 (`new_cache`, kvcache.py) it decodes incrementally; the decode loop and sampling are engine.py's.
 
 Left out: training-time dropout, RoPE scalings other than default/linear/llama3/proportional, vision towers, tensor
-parallelism (FSDP2 wraps the modules from outside), fused kernels, branches in the decoding cache (a row: one sequence).
+parallelism (FSDP2 wraps the modules from outside), fused kernels beyond flex_attention (on a GPU: `fused_attention`)
+and grouped GEMMs for experts, branches in the decoding cache (a row: one sequence).
 """
 from __future__ import annotations
 
@@ -155,7 +156,10 @@ class Segments:
     root: list = None        # per segment: index of the segment it branches from, or None
     shared: list = None      # per segment: how many root tokens it shares (its first position), 0 if none
     branched: bool = False   # any branch at all (else the plain per-segment path)
+    pos: torch.Tensor = None  # [B*T] every token's position
+    fused: bool = False      # attention as one flex_attention call over the whole batch (`fused_attention`)
     _fill: dict = field(default_factory=dict, repr=False)   # packed_conv's branch padding indices, per (L, device)
+    _masks: dict = field(default_factory=dict, repr=False)  # fused_attention's block masks, per window
 
 
 def find_segments(position_ids: torch.Tensor) -> Segments:
@@ -169,7 +173,7 @@ def find_segments(position_ids: torch.Tensor) -> Segments:
     where = torch.nonzero(start).flatten()
     idx, first = torch.stack([where, position_ids.flatten()[where]]).tolist()    # one device sync
     lengths = [b - a for a, b in zip(idx, idx[1:] + [B * T])]
-    seg = Segments(lengths, seg_id, uniform=len(lengths) == B, starts=idx)
+    seg = Segments(lengths, seg_id, uniform=len(lengths) == B, starts=idx, pos=position_ids.flatten())
     if len(lengths) == B or not any(first):
         return seg
     root, shared, r = [None] * len(idx), [0] * len(idx), None
@@ -191,6 +195,8 @@ def find_segments(position_ids: torch.Tensor) -> Segments:
 def segment_attention(q, k, v, seg: Segments, B, window):
     """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]. A branch
     attends to its root's first `shared` keys (those in the window) and causally to itself."""
+    if seg.fused:
+        return fused_attention(q, k, v, seg, window)
     if seg.uniform:   # one sequence per row: a single batched call
         T = q.shape[0] // B
         qb, kb, vb = (t.view(B, T, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
@@ -208,6 +214,36 @@ def segment_attention(q, k, v, seg: Segments, B, window):
             outs.append(_causal(qs, ks, vs, window)[0].transpose(0, 1))
         s += n
     return torch.cat(outs, 0)
+
+
+_flex = {}     # flex_attention by "on a GPU": compiled there on first use (eager elsewhere: a dense reference)
+
+
+def fused_attention(q, k, v, seg: Segments, window):
+    """segment_attention as one flex_attention call: the packed batch is one sequence of N tokens under a block mask -
+    a key is seen if it is in the query's segment and not after it, or it is one of the first `shared` positions of
+    the query's root (a branch), and, on sliding layers, within `window` positions. Only the blocks the mask leaves
+    are computed (fused, O(N) memory), where the default path runs SDPA per segment with boolean masks for branches
+    and windows."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    gpu = q.is_cuda
+    if gpu not in _flex:
+        _flex[gpu] = torch.compile(flex_attention, dynamic=True) if gpu else flex_attention
+    N, h, D = q.shape
+    if window not in seg._masks:
+        sid, pos = seg.seg_id.to(q.device), seg.pos.to(q.device)
+        n = len(seg.lengths)
+        root = torch.tensor([r if r is not None else -1 for r in seg.root] if seg.branched else [-1] * n,
+                            device=q.device)
+        shared = torch.tensor(seg.shared if seg.branched else [0] * n, device=q.device)
+
+        def seen(b, head, qi, ki):
+            sq, sk = sid[qi], sid[ki]
+            ok = ((sq == sk) & (ki <= qi)) | ((sk == root[sq]) & (pos[ki] < shared[sq]))
+            return ok if window is None else ok & (pos[qi] - pos[ki] < window)
+        seg._masks[window] = create_block_mask(seen, None, None, N, N, device=q.device, _compile=gpu)
+    o = _flex[gpu](*(t.transpose(0, 1)[None] for t in (q, k, v)), block_mask=seg._masks[window], enable_gqa=h != k.shape[1])
+    return o[0].transpose(0, 1)
 
 
 MASK_ELEMENTS = 1 << 24    # a branch's [queries, keys] mask is built in query blocks of at most this many
@@ -381,11 +417,17 @@ class MoE(nn.Module):
         ex = self.experts
         flat = chosen.flatten()
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=ex.w1.shape[0]).tolist()
+        counts = torch.bincount(flat, minlength=ex.w1.shape[0])
         tok = order // self.k
         w = weights.flatten()[order]
+        if _grouped(x):     # every expert's tokens in one grouped GEMM each: no sync with the host
+            offs = counts.cumsum(0).to(torch.int32)
+            h = x[tok]
+            g = lambda a, m: torch._grouped_mm(a, m.transpose(1, 2), offs=offs)   # noqa: E731
+            y = g(F.silu(g(h, ex.w1)) * g(h, ex.w3), ex.w2)
+            return out.index_add_(0, tok, (y * w[:, None]).to(out.dtype))
         s = 0
-        for e, n in enumerate(counts):   # a loop over experts (not tokens): each gets its tokens in one matmul
+        for e, n in enumerate(counts.tolist()):   # a loop over experts (not tokens): one matmul each
             if n:
                 t = tok[s:s + n]
                 h = x[t]
@@ -393,6 +435,24 @@ class MoE(nn.Module):
                 out.index_add_(0, t, (y * w[s:s + n, None]).to(out.dtype))
             s += n
         return out
+
+
+_GROUPED = {}     # (device type, dtype) -> torch._grouped_mm works there
+
+
+def _grouped(x):
+    """Whether torch._grouped_mm (a private op: CPU, and CUDA sm90+ in bf16) runs for x's device and dtype - tried
+    once on a 2-expert product against plain matmuls; else MoE falls back to its loop over experts."""
+    key = (x.device.type, x.dtype)
+    if key not in _GROUPED:
+        try:
+            a, m = torch.ones(32, 16, device=x.device, dtype=x.dtype), torch.ones(2, 16, 16, device=x.device,
+                                                                                   dtype=x.dtype)
+            got = torch._grouped_mm(a, m, offs=torch.tensor([16, 32], device=x.device, dtype=torch.int32))
+            _GROUPED[key] = bool(torch.equal(got, a @ m[0]))
+        except (AttributeError, RuntimeError, NotImplementedError, TypeError):
+            _GROUPED[key] = False
+    return _GROUPED[key]
 
 
 class Block(nn.Module):
@@ -440,6 +500,7 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.config = cfg
+        self.fused = None       # training attention on flex_attention (`fused_attention`); None: on a GPU
         self.model = Backbone(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -475,6 +536,7 @@ class CausalLM(nn.Module):
         if position_ids.shape != (B, T):
             raise ValueError(f"position_ids shape {tuple(position_ids.shape)} != input_ids shape {(B, T)}")
         seg = find_segments(position_ids) if cache is None else Segments([T] * B, None, True)
+        seg.fused = cache is None and (self.fused if self.fused is not None else input_ids.is_cuda)
         rope = self._rope(position_ids)
         x = self.model.embed_tokens(input_ids).flatten(0, 1)
         for i, layer in enumerate(self.model.layers):
