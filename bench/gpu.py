@@ -1,7 +1,8 @@
 """One GRPO training step at the recipe's scale on a GPU: LFM3-1.7B-shaped random weights (bf16), rank-32
-LoRA on every linear layer, a 65 536-token step packed into 4 micro-batches from a realistic length mix,
-chunked log-probs + the clipped loss + backward + AdamW. Prints step time, trained tokens/s, MFU and
-peak memory, with and without activation checkpointing.
+LoRA on every linear layer, a 65 536-token step packed into 4 micro-batches from a realistic length mix (groups of
+8 rollouts sharing a prompt: branched packing), chunked log-probs + the clipped loss + backward + AdamW. Prints step
+time, trained tokens/s, MFU and peak memory, with and without activation checkpointing, for the per-segment SDPA
+path and the fused flex_attention one (model.fused_attention) side by side.
 
     python bench/gpu.py [--budget 65536] [--steps 3] [--peak-tflops 989]
     torchrun --nproc-per-node 2 bench/gpu.py --parallel     # the same step on 2 GPUs: DDP and FSDP2 rows
@@ -85,6 +86,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--median", type=int, default=6000, help="median sequence length of the mix")
+    ap.add_argument("--prompt", type=int, default=3000, help="tokens of prompt a group of 8 shares (pi's system "
+                    "prompt + task: packed once, the 8 rollouts as branches); 0: independent sequences")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to check the script runs")
     ap.add_argument("--parallel", action="store_true", help="under torchrun: DDP and FSDP2 rows (see above)")
@@ -98,10 +101,14 @@ def main():
     cfg = C.parse_config(dict(shape))
     rng = random.Random(0)
     seqs = []
-    while sum(len(s) for s in seqs) < 2 * args.budget:
-        n = int(min(max(rng.lognormvariate(0, 0.8) * args.median, 500), args.budget // args.micro_batches))
-        seqs.append(G.Sequence([rng.randrange(cfg.vocab_size) for _ in range(n)], [0] * 200 + [1] * (n - 200),
-                               [-1.0] * n, rng.choice([-1.0, 1.0])))
+    while sum(len(s) for s in seqs) < 2 * args.budget:     # groups of 8 rollouts of one prompt
+        prompt = [rng.randrange(cfg.vocab_size) for _ in range(args.prompt)]
+        for _ in range(8):
+            n = int(min(max(rng.lognormvariate(0, 0.8) * args.median, 500), args.budget // args.micro_batches))
+            own = max(200, n - len(prompt))
+            seqs.append(G.Sequence(prompt + [rng.randrange(cfg.vocab_size) for _ in range(own)],
+                                   [0] * (len(prompt) + 200) + [1] * (own - 200), [-1.0] * (len(prompt) + own),
+                                   rng.choice([-1.0, 1.0])))
     packed = G.pack(seqs, args.budget, args.micro_batches)
     where = f"{torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}"
     if args.parallel:
@@ -111,15 +118,20 @@ def main():
     n_params = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     print(f"# LFM3-1.7B shape ({n_params / 1e9:.2f} B params, bf16) + LoRA r={args.rank} "
           f"({sum(p.numel() for p in params) / 1e6:.1f} M trainable); step of {packed.tokens} tokens "
-          f"(fill {packed.fill:.0%}) in {len(packed.micro_batches)} micro-batches "
-          f"{[mb.num_tokens for mb in packed.micro_batches]}; {where}")
-    print(f"{'checkpointing':<15}{'step s':>9}{'tokens/s':>11}{'TFLOP/s':>10}{'MFU':>7}{'peak GiB':>10}")
-    for ckpt in (False, True):
-        model.gradient_checkpointing = ckpt
-        t = timed(args.steps, dev, lambda: plain_step(model, opt, params, packed, dev))
-        tf = flops / t / 1e12
-        print(f"{'on' if ckpt else 'off':<15}{t:>9.2f}{packed.tokens / t:>11.0f}{tf:>10.0f}{tf / args.peak_tflops:>7.1%}"
-              f"{peak(dev):>10.1f}")
+          f"(fill {packed.fill:.0%}; {packed.shared_tokens} more shared as groups' prompts) in "
+          f"{len(packed.micro_batches)} micro-batches {[mb.num_tokens for mb in packed.micro_batches]}; {where}")
+    print(f"{'attention':<11}{'checkpointing':<15}{'step s':>9}{'tokens/s':>11}{'TFLOP/s':>10}{'MFU':>7}"
+          f"{'peak GiB':>10}{'vs sdpa':>9}")
+    base = {}
+    for fused in ((False, True) if dev.type == "cuda" else (False,)):   # flex_attention: no backward on a CPU
+        model.fused = fused
+        for ckpt in (False, True):
+            model.gradient_checkpointing = ckpt
+            t = timed(args.steps, dev, lambda: plain_step(model, opt, params, packed, dev))
+            base.setdefault(ckpt, t)
+            tf = flops / t / 1e12
+            print(f"{'flex' if fused else 'sdpa':<11}{'on' if ckpt else 'off':<15}{t:>9.2f}{packed.tokens / t:>11.0f}"
+                  f"{tf:>10.0f}{tf / args.peak_tflops:>7.1%}{peak(dev):>10.1f}{base[ckpt] / t:>8.2f}x")
 
 
 def loss_fn(model, packed, dev):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks, as bounded commands (an H200 or any CUDA machine with torch + transformers + peft; vLLM >= 0.33
 # for the serving anchor):
-#   bench/gpu.sh [train]   model/LoRA parity tests on CUDA (fp32), a 65 536-token LoRA training step at LFM3-1.7B
-#                          shape (bf16), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale,
+#   bench/gpu.sh [train]   model/LoRA parity tests on CUDA (fp32; the fused attention and grouped-GEMM parity among
+#                          them), a 65 536-token branched LoRA training step at LFM3-1.7B
+#                          shape (bf16; per-segment SDPA vs flex_attention side by side), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale,
 #                          the memory plan's training peak vs max_memory_allocated (bench/plan.py)
 #   bench/gpu.sh serve     serving: the embedded engine (LFM3-1.7B shape) vs vLLM (LFM2-1.2B shape), 48 sessions,
 #                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes)
