@@ -14,6 +14,7 @@ and grouped GEMMs for experts, branches in the decoding cache (a row: one sequen
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -195,8 +196,13 @@ def find_segments(position_ids: torch.Tensor) -> Segments:
 def segment_attention(q, k, v, seg: Segments, B, window):
     """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]. A branch
     attends to its root's first `shared` keys (those in the window) and causally to itself."""
-    if seg.fused:
-        return fused_attention(q, k, v, seg, window)
+    if seg.fused and not _flex.get("failed"):
+        try:
+            return fused_attention(q, k, v, seg, window)
+        except Exception as e:    # its compile on this machine (no triton, an old GPU): the SDPA path, said once
+            _flex["failed"] = True
+            warnings.warn(f"fused attention (flex_attention) failed, training on per-segment SDPA instead: "
+                          f"{type(e).__name__}: {e}")
     if seg.uniform:   # one sequence per row: a single batched call
         T = q.shape[0] // B
         qb, kb, vb = (t.view(B, T, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))

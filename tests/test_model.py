@@ -196,6 +196,7 @@ def test_fused_attention_equals_the_default_path(tmp_path, model_type, monkeypat
         assert (out[True][0] - out[False][0]).abs().max().item() <= TOL
         for n, g in out[False][1].items():
             assert torch.allclose(out[True][1][n], g, atol=1e-4), n
+    assert not M._flex.get("failed")          # the fused path ran: no fall-back to SDPA
     ours.fused = None
 
 
