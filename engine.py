@@ -1,7 +1,8 @@
 """The embedded server's decode engine: one thread owns the model and decodes every request together.
 
 Continuous batching: between decode steps the engine thread runs commands (so adapter changes never race a forward)
-and prefills queued requests, up to max_batch; a step advances every active row one token, each with its own adapter,
+and prefills queued requests, up to max_batch - a long prompt in chunks of `prefill_chunk` tokens with a decode step
+of the running rows between two chunks (vLLM's chunked prefill), so a 30 000-token prompt does not stall them; a step advances every active row one token, each with its own adapter,
 rows in the cache's fixed slots (kvcache.py). Its K/V has a fixed budget in bytes: a request is admitted while the
 batch, at its longest row, fits it; when growing rows outgrow it the newest row is preempted - its slot freed, its
 request queued first, later prefilled again over prompt + tokens so far and continued (vLLM's recompute preemption;
@@ -11,7 +12,7 @@ back, one copy a step. Logprobs are those of the distribution sampled from (vLLM
 prompt it begins with. A fault ends its request alone; an error in a step fails the active batch, serving goes on.
 
 Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt is
-continued from its end only: its conv state is there), batched prefill, the prefill's own transient K/V and the
+continued from its end only: its conv state is there), several prompts in one prefill forward, the prefill's own transient K/V and the
 prompt cache in the budget (the prompt cache has its own), swapping preempted rows out instead of recomputing.
 """
 from __future__ import annotations
@@ -138,14 +139,19 @@ def sample(logits, temperature, top_p, top_k, seeds, steps):
     return tok, lp.gather(1, tok[:, None])[:, 0]
 
 
+class _Cancelled(Exception):
+    """A request's client left while its prompt was being prefilled."""
+
+
 class Engine:
     """One thread owns the model: admits requests, prefills them, and decodes all active rows together."""
     SHARED_MIN = 32     # fewest tokens shared with a stored prompt worth storing the shared part on its own
     MAX_BATCH = 64      # rows decoded together
     PROMPT_CACHE = 1.5e9    # bytes of K/V the prompt cache keeps
+    PREFILL_CHUNK = 2048    # prompt tokens prefilled between two decode steps (vLLM's chunked prefill)
 
     def __init__(self, model, fmt: ChatFormat, max_batch=MAX_BATCH, max_queue=512, max_model_len=None, threads=None,
-                 prompt_cache_bytes=PROMPT_CACHE, kv_bytes=None):
+                 prompt_cache_bytes=PROMPT_CACHE, kv_bytes=None, prefill_chunk=PREFILL_CHUNK):
         self.model, self.fmt, self.threads = model, fmt, threads
         # (adapter, prompt ids) -> (prefilled batch-1 cache, last logits), LRU first, up to prompt_cache_bytes of K/V
         # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter
@@ -167,6 +173,8 @@ class Engine:
         self.pending, self.commands = queue.Queue(), queue.Queue()
         self.active, self.cache = [], self._new_cache()
         self.held = collections.deque()     # taken from `pending` (engine thread only): waiting for room in the budget
+        self.filling, self.prefill_chunk = None, max(1, int(prefill_chunk))   # (request, its _prefill) under way
+        self.interleaved = 0                # prefill chunks done while rows were decoding
         self.adapters = {}          # name -> path
         self.removing = set()
         self.wake = threading.Event()
@@ -209,17 +217,16 @@ class Engine:
             torch.set_num_threads(self.threads)
         while self.running:
             try:
-                self._run_commands()
+                if self.filling is None:        # an adapter never changes under a prefill half done
+                    self._run_commands()
                 while not self.pending.empty():
                     self.held.append(self.pending.get_nowait())
                 while self.held and self.held[0].cancelled:     # its client left while it waited
-                    self._prefill(self.held.popleft())
-                while self.held and len(self.active) < self.max_batch and self._fits(self.held[0]):
-                    self._prefill(self.held.popleft())
-                    self._run_commands()        # an adapter publish waits for one prefill at most, not all
+                    self._abort(self.held.popleft())
+                self._fill()
                 if self.active:
                     self._step()
-                else:
+                elif self.filling is None:
                     self.wake.wait(timeout=0.5)
                     self.wake.clear()
             except Exception as e:     # a bug or a fault of one batch must not end serving: fail it, go on
@@ -237,6 +244,9 @@ class Engine:
 
     def _fail_all(self, message):
         self._fail_active(message)
+        if self.filling is not None:
+            self.filling[0].emit("error", message)
+            self.filling = None
         while self.held:
             self.held.popleft().emit("error", message)
         while not self.pending.empty():
@@ -285,11 +295,35 @@ class Engine:
                 L.remove_adapter(self.model, name)
                 self.removing.discard(name)
 
+    def _fill(self):
+        """Prefill work before the next decode step: up to `prefill_chunk` tokens while rows are decoding (a long
+        prompt goes in chunks, the batch steps between them), all of it while none is; admits what fits."""
+        spent = 0
+        while spent < self.prefill_chunk or not self.active:
+            if self.filling is None:
+                if not (self.held and len(self.active) < self.max_batch and self._fits(self.held[0])):
+                    return
+                req = self.held.popleft()
+                self.filling = (req, self._prefill(req))
+            try:
+                spent += next(self.filling[1])
+                self.interleaved += bool(self.active)      # a chunk done while rows wait on it
+            except StopIteration:
+                self.filling = None
+                self._run_commands()        # an adapter publish waits for one prefill at most, not all
+            except Exception as e:          # joining the batch failed (its K/V copy): this request alone
+                self.filling[0].emit("error", f"prefill failed: {type(e).__name__}: {e}")
+                self.filling = None
+
+    def _abort(self, req):
+        req.finish_reason = "abort"
+        req.emit("done", "abort")
+
     def _prefill(self, req: Request):
+        """A generator: prefills `req` a chunk at a time (yielding the tokens each took), then samples its first
+        token and has it join the batch. Its failures end it alone."""
         if req.cancelled:       # left while it waited: no prefill for nobody
-            req.finish_reason = "abort"
-            req.emit("done", "abort")
-            return
+            return self._abort(req)
         key = (req.adapter, tuple(req.prompt_ids) + tuple(req.out_ids))     # out_ids: a preempted row going on
         if key in self.prompts:
             self.prompts.move_to_end(key)
@@ -297,8 +331,9 @@ class Engine:
             self.prompt_hits += 1
         else:
             try:
-                L.set_adapter(self.model, req.adapter)
-                cache, logits = self._compute(key, len(key[1]))   # decode room: the batch's slots
+                cache, logits = yield from self._compute(key, len(key[1]), req)   # decode room: the batch's slots
+            except _Cancelled:
+                return self._abort(req)
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return
@@ -315,7 +350,7 @@ class Engine:
             req.admitted = self.admissions
             self.active.append(req)
 
-    def _compute(self, key, capacity):
+    def _compute(self, key, capacity, req):
         """Prefill key's prompt into a new batch-1 cache of `capacity` slots; returns (cache, last logits). Starts
         from the longest stored prompt it begins with; a part of >= SHARED_MIN more tokens shared with a stored prompt
         (a GRPO group's system prompt + task) is stored on its own first: a stored cache continues from its end only."""
@@ -324,22 +359,28 @@ class Engine:
         done = len(base[1]) if base else 0
         start = self.prompts[base][0] if base else None
         if shared >= done + self.SHARED_MIN and shared < len(ids):
-            start, _ = part = self._forward(start, done, ids[:shared], shared)
+            start, _ = part = yield from self._forward(start, done, ids[:shared], shared, req)
             self._remember((adapter, ids[:shared]), *part)
             done = shared
         if done:
             self.prefix_hits, self.prefix_tokens = self.prefix_hits + 1, self.prefix_tokens + done
-        return self._forward(start, done, ids, capacity)
+        return (yield from self._forward(start, done, ids, capacity, req))
 
-    def _forward(self, start, done, ids, capacity):
-        """A copy of cache `start` (holding ids[:done]; None: an empty one) advanced over ids[done:]."""
+    def _forward(self, start, done, ids, capacity, req):
+        """A copy of cache `start` (holding ids[:done]; None: an empty one) advanced over ids[done:], `prefill_chunk`
+        tokens at a time (a generator: yields each chunk's tokens; the batch may decode in between)."""
         cache = self.model.new_cache(0 if start else 1, capacity)
         if start:
             cache.extend(start)     # a copy: a stored cache is never written to
-        rest = torch.tensor([ids[done:]], device=self.model.device)
+        for s in range(done, len(ids), self.prefill_chunk):
+            if req.cancelled:
+                raise _Cancelled
+            part = ids[s:s + self.prefill_chunk]
+            L.set_adapter(self.model, req.adapter)      # (a decode step between chunks sets its rows' adapters)
+            hidden = self.model(torch.tensor([part], device=self.model.device), cache=cache, return_hidden=True)
+            yield len(part)
         # lm_head on the last position only: the others' logits would be thrown away (CPU bench: ~1/4 of the MACs)
-        hidden = self.model(rest, cache=cache, return_hidden=True)[:, -1]
-        return cache, self.model.lm_head(hidden)[0].clone()
+        return cache, self.model.lm_head(hidden[:, -1])[0].clone()
 
     def _longest_stored(self, adapter, ids):
         """(the longest stored prompt of `adapter` that ids begin with, or None; the most tokens ids share

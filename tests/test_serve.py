@@ -803,6 +803,53 @@ def test_client_sends_again_when_the_server_drops_the_connection_before_replying
     assert len(asyncio.run(go())) == 3
 
 
+def test_a_long_prompt_prefills_in_chunks_while_the_batch_decodes(env):
+    """Chunked prefill (issue 42): a 300-token prompt goes in 8-token chunks with decode steps of the running row
+    between them (that row keeps streaming), a prompt that shares a stored one's start continues from it in
+    chunks too, and every reply's logprobs are a fresh forward's over its whole sequence."""
+    model = C.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
+    L.add_lora(model, adapters=())
+    e = E.Engine(model, env["fmt"], prefill_chunk=8)
+    e.running = False                         # its thread ends: this test drives the loop's steps itself
+    e.wake.set()
+    e.thread.join()
+    torch.set_grad_enabled(False)
+    loop, g = asyncio.new_event_loop(), torch.Generator().manual_seed(0)
+
+    def request(n, tokens, seed, prompt=None):
+        r = E.Request(prompt or torch.randint(3, 200, (n,), generator=g).tolist(), None, tokens, 1.0, 1.0, 0, seed,
+                      [], set())
+        r.loop, r.events = loop, asyncio.Queue()
+        return r
+    try:
+        a, b = request(20, 40, 1), request(300, 5, 2)
+        e.held.append(a)
+        e._fill()                             # nothing decoding: a's whole prompt at once
+        assert e.active == [a] and e.interleaved == 0
+        e.held.append(b)
+        c = request(0, 5, 3, prompt=b.prompt_ids[:250] + [7] * 40)     # shares b's first 250 tokens
+        e.held.append(c)
+        joined = {}
+        while e.active or e.held or e.filling:
+            e._fill()
+            for r in (b, c):
+                if r in e.active:
+                    joined.setdefault(id(r), len(a.out_ids))
+            if e.active:
+                e._step()
+        assert e.interleaved >= (300 + 40) // 8, e.interleaved       # b's and c's chunks beside a's decoding
+        assert 1 < joined[id(b)] < joined[id(c)] <= len(a.out_ids) == 40, joined   # a streamed meanwhile
+        assert e.prefix_hits >= 1
+    finally:
+        torch.set_grad_enabled(True)
+        loop.close()
+    for r in (a, b, c):
+        assert len(r.out_ids) == r.max_tokens
+        logits = model(torch.tensor([r.prompt_ids + r.out_ids]))[0, len(r.prompt_ids) - 1:-1].detach()
+        want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(r.out_ids)[:, None])[:, 0]
+        assert (torch.tensor(r.out_lps) - want).abs().max() <= 1e-4
+
+
 def test_a_kv_budget_queues_and_preempts_rows_and_every_reply_keeps_a_fresh_forwards_logprobs(env):
     """A budget of 160 positions for six 40-token replies to ~25-token prompts: requests wait for room, growing
     rows preempt the newest (its K/V freed, later prefilled again over prompt + tokens so far), the buffers never
