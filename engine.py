@@ -2,18 +2,21 @@
 
 Continuous batching: between decode steps the engine thread runs commands (so adapter changes never race a forward)
 and prefills queued requests, up to max_batch - a long prompt in chunks of `prefill_chunk` tokens with a decode step
-of the running rows between two chunks (vLLM's chunked prefill), so a 30 000-token prompt does not stall them; a step advances every active row one token, each with its own adapter,
-rows in the cache's fixed slots (kvcache.py). Its K/V has a fixed budget in bytes: a request is admitted while the
-batch, at its longest row, fits it; when growing rows outgrow it the newest row is preempted - its slot freed, its
-request queued first, later prefilled again over prompt + tokens so far and continued (vLLM's recompute preemption;
-its tokens and logprobs stand). Sampling is one batched pass on the model's device (`sample`: Gumbel-max over noise
-hashed from each request's seed and step, so a row draws the same in any batch); only token ids and logprobs come
-back, one copy a step. Logprobs are those of the distribution sampled from (vLLM's processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a prefill starts from the longest stored
-prompt it begins with. A fault ends its request alone; an error in a step fails the active batch, serving goes on.
+of the running rows between two chunks (vLLM's chunked prefill), so a 30 000-token prompt does not stall them. A step
+advances every active row one token, each with its own adapter, rows in the cache's fixed slots (kvcache.py). Its K/V
+has a fixed budget in bytes: a request is admitted while the batch, at its longest row, fits it; when growing rows
+outgrow it the newest row is preempted - its slot freed, its request queued first, later prefilled again over prompt
++ tokens so far and continued (vLLM's recompute preemption; its tokens and logprobs stand). Sampling is one batched
+pass on the model's device (`sample`: Gumbel-max over noise hashed from each request's seed and step, so a row draws
+the same in any batch); only token ids and logprobs come back, one copy a step. Logprobs are those of the
+distribution sampled from (vLLM's processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a
+prefill starts from the longest stored prompt it begins with. A fault ends its request alone; an error in a step
+fails the active batch, serving goes on.
 
 Left out: HTTP, validation and chat formatting (inference.py), n > 1, prefix caching at any point (a stored prompt is
-continued from its end only: its conv state is there), several prompts in one prefill forward, the prefill's own transient K/V and the
-prompt cache in the budget (the prompt cache has its own), swapping preempted rows out instead of recomputing.
+continued from its end only: its conv state is there), several prompts in one prefill forward, the prefill's own
+transient K/V and the prompt cache in the budget (the prompt cache has its own), swapping preempted rows out instead
+of recomputing.
 """
 from __future__ import annotations
 
