@@ -183,6 +183,9 @@ def effective_config(args, *, shared, recipes) -> dict:
     cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start",
                                                                                   "model", "plan")})
+    for k, v in recipes[cfg["recipe"]].get("per_harness", {}).get(cfg["harness"], {}).items():
+        if getattr(args, k, None) is None:       # the row's numbers for this harness alone, unless given
+            cfg[k] = v
     if args.no_warm_start:
         cfg["warm_start"] = None
     validate(cfg)
@@ -198,6 +201,7 @@ def recipe_config(model, recipe=None, *, shared, recipes, prog="train.py") -> di
     if recipe not in recipes:
         raise SystemExit(f"{prog}: unknown recipe {recipe!r}; known: {', '.join(recipes)}")
     row = recipes[recipe]      # a row may name its own model another's checkpoint (tiny-organism: tiny)
+    row = {k: v for k, v in row.items() if k != "per_harness"}      # effective_config applies it
     return {**shared, **row, "model": row.get("checkpoint", model) if model == recipe else model, "recipe": recipe}
 
 

@@ -46,10 +46,12 @@ SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, st
 # (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format; context and token
 # budget: the real harnesses' prompts in its 665-token vocabulary (pi ~3 200 tokens, opencode ~18 200, hermes
 # ~27 700; hermes refuses a context under 64 000), a hermes rollout whole in one of the 4 rows; sessions: a step of 4
-# groups (mini seed 1 at 5: 1.5x reward, calls 0.89x; at 4: 3.8x, 0.46x; pi learns at 5, --sessions 40); recompute:
-# off, its activations are small (a 12 800-token pi row: 630 MB kept, 290 recomputed, 1.2 s vs 1.7 s a step)
+# groups (mini seed 1 at 5: 1.5x reward, calls 0.89x; at 4: 3.8x, 0.46x), pi alone 5 (at 4 one seed of two 1.3x;
+# at 5 seeds 0/1/2: 3.7x/3.7x/3.6x, docs/real-harnesses.md); recompute: off, its activations are small (a 12 800-token
+# pi row: 630 MB kept, 290 recomputed, 1.2 s vs 1.7 s a step). per_harness: a one-harness run's own numbers
 TINY = dict(steps=24, sessions=32, token_budget=131072, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
-            server="local", max_tokens=72, context=65536, save_every=4, recompute="off", warm_start=WARM_START)
+            server="local", max_tokens=72, context=65536, save_every=4, recompute="off", warm_start=WARM_START,
+            per_harness={"pi": dict(sessions=40)})
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
     "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3

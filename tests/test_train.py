@@ -221,6 +221,17 @@ def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
     assert RC.effective_config(T.parse_args(["--model", "tiny"]))["guard"] == "on"
 
 
+def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
+    """The tiny row's per_harness: pi alone runs 5 groups a step (--sessions 40); mini, several harnesses and a
+    --sessions given on the command line keep theirs; config.json never carries the table's per_harness."""
+    import train as T
+    cfg = lambda *a: RC.effective_config(T.parse_args(["--model", "tiny", *a]))      # noqa: E731
+    assert cfg("--harness", "pi")["sessions"] == 40
+    assert cfg()["sessions"] == cfg("--harness", "pi,opencode")["sessions"] == RC.TINY["sessions"] == 32
+    assert cfg("--harness", "pi", "--sessions", "16")["sessions"] == 16
+    assert "per_harness" not in cfg("--harness", "pi")
+
+
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
     import checkpoint as C
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
