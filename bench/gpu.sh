@@ -6,7 +6,8 @@
 #                          shape (bf16; per-segment SDPA vs flex_attention side by side), LoRA fwd+bwd vs PEFT + transformers, the chunked log-prob's memory at scale,
 #                          the memory plan's training peak vs max_memory_allocated (bench/plan.py)
 #   bench/gpu.sh serve     serving: the embedded engine (LFM3-1.7B shape) vs vLLM (LFM2-1.2B shape), 48 sessions,
-#                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes)
+#                          2-8k-token prompts, 100-1000-token completions, 3 adapters x 5 versions (< 9 minutes);
+#                          decoding tokens/s, ours vs transformers' generate vs the HBM roofline (48 rows, 2k prompts)
 #   bench/gpu.sh parallel  a 65 536-token step on 2 GPUs under torchrun: one process vs DDP vs FSDP2 (needs 2 GPUs)
 #   bench/gpu.sh all       all of them
 set -uo pipefail
@@ -33,4 +34,5 @@ fi
 if [ "$what" = serve ] || [ "$what" = all ]; then
   # checkpoints ~1 min, ours ~1.5 min, vLLM ~3.5 min (start + compile + window), ours on vLLM's LFM2 last
   timeout -k 30 540 python3 bench/serve.py --device cuda --server all --seconds 60 --json "${OUT:-/tmp}/serve.json"
+  timeout 150 python3 bench/serve.py --device cuda --generate     # decoding vs transformers' generate vs the roofline
 fi

@@ -53,6 +53,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import checkpoint as C  # noqa: E402
+import engine as E  # noqa: E402
+import kvcache as KV  # noqa: E402
 import lora as L  # noqa: E402
 from families import FAMILIES  # noqa: E402
 import model as M  # noqa: E402
@@ -454,6 +456,64 @@ def decode_steps(ckpt, args, work):
         print(f"{k:<18}{statistics.median(ts) * 1e3:>8.1f} ms")
 
 
+def generate_vs(ckpt, args):
+    """`--generate`: decoding tokens/s of --sessions rows (prompts of --prompt tokens, --new tokens each, sampled at
+    temperature 1, the base) - ours (model.py + kvcache.py + engine.sample, the engine's step without its thread)
+    beside transformers' `generate` on the same checkpoint and the memory-bandwidth roofline (a decode step must read
+    every weight and every row's K/V once: bytes / bandwidth). Decode time is the whole minus a 1-token run (the
+    prefill), for both."""
+    import transformers
+    dev, dtype = torch.device(args.device), {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    B, P, N = args.sessions, args.prompt, args.new
+    ids = torch.randint(100, 8000, (B, P), generator=torch.Generator().manual_seed(0)).to(dev)
+    torch.set_grad_enabled(False)
+
+    def timed(f):
+        f()                                     # warm-up (kernels, allocator)
+        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+        sync()
+        t = time.perf_counter()
+        f()
+        sync()
+        return time.perf_counter() - t
+
+    ours = C.load_model(ckpt, dtype=dtype, device=args.device)
+    L.add_lora(ours, adapters=())
+
+    def ours_run(n):
+        cache = ours.new_cache(B, P + n)
+        logits = ours(ids, cache=cache)[:, -1]
+        for step in range(n):
+            tok, _ = E.sample(logits, [1.0] * B, [1.0] * B, [0] * B, list(range(B)), [step] * B)
+            torch.stack([tok.double()]).cpu()   # the engine's one copy a step
+            if step < n - 1:
+                logits = ours(tok[:, None], cache=cache)[:, -1]
+    rows = {"ours": timed(lambda: ours_run(N)) - timed(lambda: ours_run(1))}
+    del ours
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(dev).eval()
+    gen = lambda n: ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,  # noqa
+                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=0)
+    rows["transformers generate"] = timed(lambda: gen(N)) - timed(lambda: gen(1))
+    cfg = C.parse_config(json.loads((Path(ckpt) / "config.json").read_text()))
+    weights = sum(p.numel() * p.element_size() for p in ref.parameters())
+    del ref
+    per_pos, per_row = KV.costs(cfg, torch.finfo(dtype).bits // 8)
+    kv = B * (per_pos * (P + N / 2) + per_row)              # the mean step's K/V read
+    if args.bandwidth:
+        bw = args.bandwidth * 1e9
+    else:                                                   # this device's copy bandwidth (read + write)
+        x, y = torch.ones(256 * 2**20 // 4, device=dev), torch.zeros(256 * 2**20 // 4, device=dev)
+        bw = 2 * x.numel() * 4 / timed(lambda: y.copy_(x))
+    rows["roofline"] = (N - 1) * (weights + kv) / bw
+    print(f"# decoding: {B} rows, prompts of {P}, {N} new tokens each, {Path(ckpt).name} {args.dtype} on "
+          f"{torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}; a step reads {weights / 2**30:.2f} GiB "
+          f"of weights + {kv / 2**30:.3f} GiB of K/V at {bw / 1e9:.0f} GB/s; torch {torch.__version__}, transformers "
+          f"{transformers.__version__}")
+    print(f"{'':<24}{'decode s':>9}{'tokens/s':>10}{'of roofline':>13}")
+    for k, t in rows.items():
+        print(f"{k:<24}{t:>9.2f}{B * (N - 1) / t:>10.0f}{rows['roofline'] / t:>12.0%}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="(default: %(default)s)")
@@ -475,6 +535,12 @@ def main():
     ap.add_argument("--decode", action="store_true", help="instead: time one decode step of --sessions rows in "
                     "process, rows on 15 / 3 / 1 adapters and the base (no server, no HTTP)")
     ap.add_argument("--repeats", type=int, default=20, help="--decode: steps per setting (default: %(default)s)")
+    ap.add_argument("--generate", action="store_true", help="instead: decoding tokens/s, ours vs transformers' "
+                    "generate vs the memory-bandwidth roofline (--sessions rows, --prompt, --new)")
+    ap.add_argument("--prompt", type=int, default=None, help="--generate: prompt tokens (default: 2048 cuda, 256 cpu)")
+    ap.add_argument("--new", type=int, default=None, help="--generate: new tokens a row (default: 128 cuda, 32 cpu)")
+    ap.add_argument("--bandwidth", type=float, default=None, help="--generate: the device's memory bandwidth in GB/s "
+                    "(default: 4800 on cuda, an H200's HBM3e; measured by a copy on cpu)")
     ap.add_argument("--kv-cache", type=float, default=0, help="ours: the K/V budget in GiB (0: engine.kv_budget's "
                     "share); a small one shows admission and preemption at the full load (its peak is printed)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -490,6 +556,10 @@ def main():
     anchor_shape = ours_shape.replace("lfm3-1.7b", "lfm2-1.2b").replace("lfm3-cpu", "lfm2-cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     work = Path(args.work)
+    if args.generate:
+        args.prompt, args.new = args.prompt or (2048 if gpu else 256), args.new or (128 if gpu else 32)
+        args.bandwidth = args.bandwidth or (4800.0 if gpu else None)
+        return generate_vs(write_checkpoint(work / f"{ours_shape}-{args.dtype}", ours_shape, dtype), args)
     if args.decode:
         return decode_steps(write_checkpoint(work / f"{ours_shape}-{args.dtype}", ours_shape, dtype), args, work)
     runs = {"ours": [("ours", ours_shape)], "vllm": [("vllm", anchor_shape)],
