@@ -7,8 +7,8 @@ advances every active row one token, each with its own adapter, rows in the cach
 has a fixed budget in bytes: a request is admitted while the batch, at its longest row, fits it; when growing rows
 outgrow it the newest row is preempted - its slot freed, its request queued first, later prefilled again over prompt
 + tokens so far and continued (vLLM's recompute preemption; its tokens and logprobs stand). Sampling is one batched
-pass on the model's device (`sample`: Gumbel-max over noise hashed from each request's seed and step, so a row draws
-the same in any batch); only token ids and logprobs come back, one copy a step. Logprobs are those of the
+pass on the model's device (`sample`: inverse-CDF at a uniform hashed from each request's seed and step, so a row
+draws the same in any batch); only token ids and logprobs come back, one copy a step. Logprobs are those of the
 distribution sampled from (vLLM's processed_logprobs). A recent prompt (same adapter) is not prefilled again, and a
 prefill starts from the longest stored prompt it begins with. A fault ends its request alone; an error in a step
 fails the active batch, serving goes on.
@@ -105,21 +105,20 @@ def _mix(x):
     return x ^ _shr(x, 31)
 
 
-def gumbel(seeds, steps, vocab, device):
-    """Gumbel noise [B, vocab], fp64, a pure function of (seed, step, token id): splitmix64's stream from a state
-    hashed from the row's seed and step, so a row's draw is the same in any batch, on any device, after preemption."""
-    base = _mix(_mix(torch.tensor(seeds, dtype=torch.long, device=device)) +
-                torch.tensor(steps, dtype=torch.long, device=device) * _GOLD)
-    x = _mix(base[:, None] + torch.arange(1, vocab + 1, device=device) * _GOLD)
-    u = (_shr(x, 11).double() + 0.5) * 2.0 ** -53                 # uniform in (0, 1), 53 bits
-    return -torch.log(-torch.log(u))
+def uniform(seeds, steps, device):
+    """One uniform in (0, 1) per row, fp64, a pure function of (seed, step): a row's draw is the same in any batch,
+    on any device, after preemption."""
+    x = _mix(_mix(torch.tensor(seeds, dtype=torch.long, device=device)) +
+             torch.tensor(steps, dtype=torch.long, device=device) * _GOLD)
+    return (_shr(x, 11).double() + 0.5) * 2.0 ** -53
 
 
 def sample(logits, temperature, top_p, top_k, seeds, steps):
     """Next tokens of a batch: logits [B, V] and per row (lists) temperature (<= 0: greedy), top_p, top_k (0: off),
     seed and step (tokens it sampled so far). Returns (tokens [B], logprobs [B]) on the logits' device - the logprob
-    under the distribution actually sampled from (vLLM's processed logprobs; greedy: the plain softmax). Gumbel-max
-    over `gumbel` noise: one batched pass, no per-row generator, and only ids and logprobs need leave the device."""
+    under the distribution actually sampled from (vLLM's processed logprobs; greedy: the plain softmax). Inverse-CDF
+    sampling at a `uniform` per row: one batched pass, no per-row generator, and only ids and logprobs need leave
+    the device."""
     dev, (B, V) = logits.device, logits.shape
     greedy = [t <= 0 for t in temperature]
     scale = torch.tensor([1.0 if g else float(t) for g, t in zip(greedy, temperature)], device=dev)
@@ -137,7 +136,9 @@ def sample(logits, temperature, top_p, top_k, seeds, steps):
         lp = torch.log_softmax(lp.masked_fill(torch.zeros_like(drop).scatter(1, idx, drop), float("-inf")), -1)
     tok = lp.argmax(-1)
     if not all(greedy):
-        drawn = (lp.double() + gumbel(seeds, steps, V, dev)).argmax(-1)
+        cdf = lp.double().exp().cumsum(-1)      # fp64: 128 000 terms summed without drift
+        u = uniform(seeds, steps, dev) * cdf[:, -1]
+        drawn = torch.searchsorted(cdf, u[:, None], right=True)[:, 0].clamp_(max=V - 1)   # first cdf > u
         tok = torch.where(torch.tensor(greedy, device=dev), tok, drawn)
     return tok, lp.gather(1, tok[:, None])[:, 0]
 
@@ -160,14 +161,15 @@ class Engine:
         # (32 768 positions of SmolLM2-135M fp32; ~3M of the tiny model: every harness's system prompt, per adapter
         # version). Shared safely: Cache.extend copies rows, never writes to it.
         # K/V bytes: per position of the full attention layers, per row of the sliding layers' rings (kvcache.py)
-        per_token, per_row = kvcache.costs(model.config, model.lm_head.weight.element_size())
-        self.kv_per_token, self.ring_positions = per_token, -(-per_row // max(1, per_token))    # a ring, in positions
-        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), int(prompt_cache_bytes // max(1, per_token))
-        # the decode batch's K/V: rows x the longest row's positions (None: unbounded), after max_batch rows' rings;
-        # one row alone always runs
-        self.kv_positions = None if kv_bytes is None else \
-            max(1, int((kv_bytes - max_batch * per_row) // max(1, per_token)))
-        self.preemptions, self.admissions, self.kv_peak = 0, 0, 0    # kv_peak: most slots x positions held
+        width = model.lm_head.weight.element_size()
+        self.kv_per_token, self.ring_positions = kvcache.costs(model.config, width)[0], \
+            kvcache.ring_positions(model.config, width)         # a row's rings, in positions
+        per_token = max(1, self.kv_per_token)
+        self.prompts, self.prompt_cache_tokens = collections.OrderedDict(), int(prompt_cache_bytes // per_token)
+        # the decode batch's K/V: rows x (the longest row's positions + a row's rings) (None: unbounded); one row
+        # alone always runs
+        self.kv_positions = None if kv_bytes is None else max(1, int(kv_bytes // per_token))
+        self.preemptions, self.admissions, self.kv_peak = 0, 0, 0    # kv_peak: most slots x (positions + rings) held
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
         return_freed_memory()
@@ -257,7 +259,7 @@ class Engine:
 
     def waiting(self):
         """Requests queued, not decoding (for the event loop: an estimate, read without the engine's lock)."""
-        return self.pending.qsize() + len(self.held)
+        return self.pending.qsize() + len(self.held) + (self.filling is not None)
 
     @staticmethod
     def _length(req):
@@ -274,7 +276,7 @@ class Engine:
     def _preempt(self):
         """Give back the K/V of the newest rows until the batch's next step fits the budget (never the last row)."""
         while self.kv_positions is not None and len(self.active) > 1 and \
-                len(self.active) * (int(self.cache.lengths.max()) + 1) > self.kv_positions:
+                len(self.active) * (int(self.cache.lengths.max()) + 1 + self.ring_positions) > self.kv_positions:
             newest = max(range(len(self.active)), key=lambda i: self.active[i].admitted)
             req = self.active[newest]
             order = self.cache.remove([newest])
@@ -302,7 +304,7 @@ class Engine:
         """Prefill work before the next decode step: up to `prefill_chunk` tokens while rows are decoding (a long
         prompt goes in chunks, the batch steps between them), all of it while none is; admits what fits."""
         spent = 0
-        while spent < self.prefill_chunk or not self.active:
+        while self.running and (spent < self.prefill_chunk or not self.active):
             if self.filling is None:
                 if not (self.held and len(self.active) < self.max_batch and self._fits(self.held[0])):
                     return
@@ -335,8 +337,8 @@ class Engine:
         else:
             try:
                 cache, logits = yield from self._compute(key, len(key[1]), req)   # decode room: the batch's slots
-            except _Cancelled:
-                return self._abort(req)
+            except _Cancelled:      # its client left, or the server is stopping
+                return self._abort(req) if req.cancelled else req.emit("error", "the server is shutting down")
             except Exception as e:  # never let one request take the engine down
                 req.emit("error", f"prefill failed: {e}")
                 return
@@ -354,7 +356,8 @@ class Engine:
             self.active.append(req)
 
     def _compute(self, key, capacity, req):
-        """Prefill key's prompt into a new batch-1 cache of `capacity` slots; returns (cache, last logits). Starts
+        """A generator (`_forward`'s chunks): prefills key's prompt into a new batch-1 cache of `capacity` slots and
+        returns (cache, last logits). Starts
         from the longest stored prompt it begins with; a part of >= SHARED_MIN more tokens shared with a stored prompt
         (a GRPO group's system prompt + task) is stored on its own first: a stored cache continues from its end only."""
         adapter, ids = key
@@ -370,17 +373,20 @@ class Engine:
         return (yield from self._forward(start, done, ids, capacity, req))
 
     def _forward(self, start, done, ids, capacity, req):
-        """A copy of cache `start` (holding ids[:done]; None: an empty one) advanced over ids[done:], `prefill_chunk`
-        tokens at a time (a generator: yields each chunk's tokens; the batch may decode in between)."""
+        """A generator: a copy of cache `start` (holding ids[:done]; None: an empty one) advanced over ids[done:],
+        `prefill_chunk` tokens at a time while rows decode (all at once while none does), yielding each chunk's tokens;
+        it returns (cache, last logits)."""
         cache = self.model.new_cache(0 if start else 1, capacity)
         if start:
             cache.extend(start)     # a copy: a stored cache is never written to
-        for s in range(done, len(ids), self.prefill_chunk):
-            if req.cancelled:
+        s = done
+        while s < len(ids):
+            if req.cancelled or not self.running:
                 raise _Cancelled
-            part = ids[s:s + self.prefill_chunk]
+            part = ids[s:s + self.prefill_chunk] if self.active else ids[s:]
             L.set_adapter(self.model, req.adapter)      # (a decode step between chunks sets its rows' adapters)
             hidden = self.model(torch.tensor([part], device=self.model.device), cache=cache, return_hidden=True)
+            s += len(part)
             yield len(part)
         # lm_head on the last position only: the others' logits would be thrown away (CPU bench: ~1/4 of the MACs)
         return cache, self.model.lm_head(hidden[:, -1])[0].clone()
@@ -429,7 +435,7 @@ class Engine:
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")
             return
-        self.kv_peak = max(self.kv_peak, self.cache.slots * self.cache.cap)
+        self.kv_peak = max(self.kv_peak, self.cache.slots * (self.cache.cap + self.ring_positions))
         gone = [i for i, r in enumerate(self.active) if not self._accept(r, *drawn[i])]
         if gone:
             # finished rows free their slots and the last rows move into them (a row copy each): reorder likewise

@@ -3,7 +3,7 @@ row slots, so a row joining or leaving the decode batch copies that one row, not
 
 The batch's B rows are slots 0..B-1, so a decode step runs over a view of them; `extend` writes new rows into the next
 free slots, `remove` moves the last rows into the holes. Slots and positions grow by doubling, within `budget`
-(slots x positions, the engine's KV budget): past it the slots shrink to the rows in use, and the engine admits and
+(slots x (positions + a slot's rings), the engine's KV budget): past it the slots shrink to the rows in use, and the engine admits and
 preempts rows so B x the longest row stays inside it. Rows sit at different lengths: a mask over the padded capacity
 shows each row its own positions. A sliding layer keeps only its window: a ring of `window` positions per row
 (position p in slot p % window), whatever the row's length - its cost is per row, not per position (`costs`).
@@ -39,6 +39,13 @@ def costs(cfg, width):
     return per_layer * full, per_layer * rings * (cfg.sliding_window or 0)
 
 
+def ring_positions(cfg, width):
+    """A row's rings in positions of the full layers (what the budget counts): each row costs this on top of its
+    length."""
+    per_position, per_row = costs(cfg, width)
+    return -(-per_row // max(1, per_position))
+
+
 class Cache:
     """Per-row decoding state in slots: K/V per full attention layer [slots, hkv, cap, D], per sliding layer a ring
     [slots, hkv, window, D], conv state per conv layer [slots, L-1, H] (the last L-1 values of B*x).
@@ -47,7 +54,8 @@ class Cache:
     def __init__(self, model, batch_size: int, capacity: int = 256, causal=None, budget=None):
         cfg, p = model.config, model.lm_head.weight
         self.causal = causal        # model.py's causal attention, for a fresh prefill (no import back up)
-        self.budget = budget        # slots x positions the buffers may hold (None: unbounded); one row may exceed it
+        self.budget = budget        # slots x (positions + ring) the buffers may hold (None: unbounded); one row may
+        self.ring_cost = ring_positions(cfg, p.element_size())     # exceed it. ring_cost: a slot's rings in positions
         self.B, self.slots, self.cap = batch_size, batch_size, max(1, capacity)
         self.lengths = torch.zeros(batch_size, dtype=torch.long)
         self.kv, self.ring, self.state = {}, {}, {}
@@ -62,8 +70,10 @@ class Cache:
     def reserve(self, rows, positions):
         """Room for `rows` rows of `positions` each. Grows by doubling (a full-buffer copy a handful of times per
         engine life) as far as the budget allows; a row longer than the rest fits by shrinking the slots."""
-        cap, slots, budget = self.cap, self.slots, self.budget
-        room = (lambda other: 1 << 62) if budget is None else (lambda other: budget // max(1, other))
+        cap, slots, budget, ring = self.cap, self.slots, self.budget, self.ring_cost
+        # room(n): positions a slot may hold beside n slots; per(cap): slots of `cap` positions (a slot: cap + ring)
+        room = (lambda other: 1 << 62) if budget is None else (lambda other: budget // max(1, other) - ring)
+        per = (lambda cap: 1 << 62) if budget is None else (lambda cap: budget // (cap + ring))
         if positions > cap:     # doubling, leaving room for one more row if it can
             if min(2 * cap, room(rows + 1)) >= positions:
                 cap = min(2 * cap, room(rows + 1))
@@ -72,9 +82,9 @@ class Cache:
             else:               # one row past the budget: a quarter more, not a copy every token
                 cap = positions + max(16, cap // 4)
         if rows > slots:
-            slots = max(rows, min(2 * slots, room(cap)))
-        if budget is not None and slots * cap > budget:
-            slots = max(rows, self.B, room(cap))
+            slots = max(rows, min(2 * slots, per(cap)))
+        if budget is not None and slots * (cap + ring) > budget:
+            slots = max(rows, self.B, per(cap))
         if (slots, cap) == (self.slots, self.cap):
             return
         for i in list(self.kv):     # layer by layer: the copy's peak is the buffers + one layer's, not twice them
@@ -88,7 +98,7 @@ class Cache:
 
     def fits(self, rows, positions):
         """Whether `rows` rows of up to `positions` fit the budget at the buffers' length (which never shrinks)."""
-        return self.budget is None or rows * max(self.cap, positions) <= self.budget
+        return self.budget is None or rows * (max(self.cap, positions) + self.ring_cost) <= self.budget
 
     def extend(self, other: "Cache"):
         """Write `other`'s rows (e.g. a freshly prefilled request) into free slots after this batch's rows."""

@@ -196,13 +196,15 @@ def find_segments(position_ids: torch.Tensor) -> Segments:
 def segment_attention(q, k, v, seg: Segments, B, window):
     """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]. A branch
     attends to its root's first `shared` keys (those in the window) and causally to itself."""
-    if seg.fused and not _flex.get("failed"):
+    if seg.fused and not _FLEX_FAILED:
         try:
             return fused_attention(q, k, v, seg, window)
-        except Exception as e:    # its compile on this machine (no triton, an old GPU): the SDPA path, said once
-            _flex["failed"] = True
+        except torch.OutOfMemoryError:
+            raise                 # memory, not the kernel: the plan's business (falling back would need more)
+        except Exception as e:    # its forward's compile here (no triton, an old GPU): per-segment SDPA, said once
+            _FLEX_FAILED.append(f"{type(e).__name__}: {e}")
             warnings.warn(f"fused attention (flex_attention) failed, training on per-segment SDPA instead: "
-                          f"{type(e).__name__}: {e}")
+                          f"{_FLEX_FAILED[0]}")
     if seg.uniform:   # one sequence per row: a single batched call
         T = q.shape[0] // B
         qb, kb, vb = (t.view(B, T, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
@@ -223,6 +225,7 @@ def segment_attention(q, k, v, seg: Segments, B, window):
 
 
 _flex = {}     # flex_attention by "on a GPU": compiled there on first use (eager elsewhere: a dense reference)
+_FLEX_FAILED = []     # why it failed in this process, once it did (a backward's failure is not caught: it raises)
 
 
 def fused_attention(q, k, v, seg: Segments, window):

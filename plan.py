@@ -309,11 +309,11 @@ def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
             kv, how = cpu_available() / 8, "1/8 of the memory available"
         else:     # what the GPU has left, less a tenth for the allocator's fragmentation
             kv, how = max(0.0, 0.9 * dev.memory - dev.total), "the rest of the GPU, less a tenth"
-        rings = rows * per_row
-        dev.add("K/V budget", kv, f"{how}: {max(0, kv - rings) / max(1, per_pos) / 1e6:.2f} M positions of "
-                                  f"{per_pos / 1024:.1f} KiB" + (f" + {rows} rows' sliding windows, {rings / GIB:.2f} "
-                                                                  f"GiB" if rings else ""))
-        dev.floor["K/V budget"] = (per_pos * cfg["context"] + rings, f"one --context row ({cfg['context']:,} positions)")
+        dev.add("K/V budget", kv, f"{how}: {kv / max(1, per_pos) / 1e6:.2f} M positions of {per_pos / 1024:.1f} KiB"
+                                  + (f", a row's sliding windows {KV.ring_positions(config, width):,} more"
+                                     if per_row else ""))
+        dev.floor["K/V budget"] = (per_pos * cfg["context"] + per_row,
+                                   f"one --context row ({cfg['context']:,} positions)")
     else:
         for d in serve:
             devices[d].add("vLLM", share * devices[d].memory, f"--gpu-memory-utilization {share:g}")

@@ -260,7 +260,7 @@ def _processed(logits, temperature, top_p, top_k):
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 1.0, 0), (1.3, 0.8, 0), (1.0, 1.0, 3),
                                                      (0.8, 0.9, 4)])
 def test_batched_sampler_draws_the_processed_distribution(temperature, top_p, top_k):
-    """engine.sample (Gumbel-max over hashed noise, one batched pass): 20 000 seeded draws of one row follow the
+    """engine.sample (inverse-CDF at a hashed uniform, one batched pass): 20 000 seeded draws of one row follow the
     processed distribution (chi-square), and each returned logprob is that distribution's at the token drawn."""
     logits = torch.tensor([2.0, 1.5, 0.3, 0.0, -0.5, -1.0, -3.0, 1.0])
     n = 20_000
@@ -807,20 +807,10 @@ def test_a_long_prompt_prefills_in_chunks_while_the_batch_decodes(env):
     """Chunked prefill (issue 42): a 300-token prompt goes in 8-token chunks with decode steps of the running row
     between them (that row keeps streaming), a prompt that shares a stored one's start continues from it in
     chunks too, and every reply's logprobs are a fresh forward's over its whole sequence."""
-    model = C.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
-    L.add_lora(model, adapters=())
-    e = E.Engine(model, env["fmt"], prefill_chunk=8)
-    e.running = False                         # its thread ends: this test drives the loop's steps itself
-    e.wake.set()
-    e.thread.join()
-    torch.set_grad_enabled(False)
+    model, e = _bare_engine(env["ckpt"], env["fmt"], prefill_chunk=8)
     loop, g = asyncio.new_event_loop(), torch.Generator().manual_seed(0)
-
-    def request(n, tokens, seed, prompt=None):
-        r = E.Request(prompt or torch.randint(3, 200, (n,), generator=g).tolist(), None, tokens, 1.0, 1.0, 0, seed,
-                      [], set())
-        r.loop, r.events = loop, asyncio.Queue()
-        return r
+    request = lambda n, tokens, seed, prompt=None: _request(loop, prompt or torch.randint(  # noqa: E731
+        3, 200, (n,), generator=g).tolist(), tokens, seed)
     try:
         a, b = request(20, 40, 1), request(300, 5, 2)
         e.held.append(a)
@@ -843,9 +833,60 @@ def test_a_long_prompt_prefills_in_chunks_while_the_batch_decodes(env):
     finally:
         torch.set_grad_enabled(True)
         loop.close()
-    for r in (a, b, c):
+    _fresh_forwards_logprobs(model, (a, b, c))
+
+
+def test_sliding_layers_rings_count_per_row_in_a_small_kv_budget(tmp_path):
+    """A tiny LFM3 (a sliding layer: each row's ring costs 8 positions) under a budget of 160 positions: rows are
+    admitted while rows x (length + ring) fits - several at once, not one - growing rows are preempted, the
+    buffers never pass the budget, and the logprobs are a fresh forward's."""
+    ckpt = tiny.write_tiny_checkpoint(tmp_path, "lfm3")
+    fmt = ChatFormat.from_checkpoint(ckpt)
+    probe = C.load_model(ckpt, dtype=torch.float32, device="cpu")
+    model, e = _bare_engine(ckpt, fmt, kv_bytes=160 * E.kvcache.costs(probe.config, 4)[0])
+    assert (e.kv_positions, e.ring_positions) == (160, 8)
+    loop, g = asyncio.new_event_loop(), torch.Generator().manual_seed(1)
+    reqs = [_request(loop, torch.randint(3, 200, (14,), generator=g).tolist(), 24, i) for i in range(6)]
+    e.held.extend(reqs)
+    most = 0
+    try:
+        while e.active or e.held or e.filling:
+            e._fill()
+            if e.active:
+                e._step()
+            most = max(most, len(e.active))
+            assert e.cache.slots * (e.cache.cap + e.cache.ring_cost) <= 160 or len(e.active) == 1
+    finally:
+        torch.set_grad_enabled(True)
+        loop.close()
+    assert most >= 3 and e.preemptions > 0 and e.kv_peak <= 160, (most, e.preemptions, e.kv_peak)
+    _fresh_forwards_logprobs(model, reqs)
+
+
+def _bare_engine(ckpt, fmt, **kw):
+    """(model, an Engine on it) whose thread has ended: the test drives _fill and _step itself."""
+    model = C.load_model(ckpt, dtype=torch.float32, device="cpu")
+    L.add_lora(model, adapters=())
+    e = E.Engine(model, fmt, **kw)
+    e.running = False
+    e.wake.set()
+    e.thread.join()
+    e.running = True          # (its thread is gone; _fill and _prefill go on while this is set)
+    torch.set_grad_enabled(False)
+    return model, e
+
+
+def _request(loop, prompt, tokens, seed):
+    r = E.Request(prompt, None, tokens, 1.0, 1.0, 0, seed, [], set())
+    r.loop, r.events = loop, asyncio.Queue()
+    return r
+
+
+def _fresh_forwards_logprobs(model, reqs):
+    for r in reqs:
         assert len(r.out_ids) == r.max_tokens
-        logits = model(torch.tensor([r.prompt_ids + r.out_ids]))[0, len(r.prompt_ids) - 1:-1].detach()
+        with torch.no_grad():
+            logits = model(torch.tensor([r.prompt_ids + r.out_ids]))[0, len(r.prompt_ids) - 1:-1]
         want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(r.out_ids)[:, None])[:, 0]
         assert (torch.tensor(r.out_lps) - want).abs().max() <= 1e-4
 
