@@ -203,6 +203,8 @@ def test_fused_attention_equals_the_default_path(tmp_path, model_type, monkeypat
 def test_moe_grouped_gemm_equals_the_loop_over_experts(tmp_path, monkeypatch):
     """Issue 42: MoE experts as three torch._grouped_mm calls (no .tolist() sync per layer) give the loop over
     experts' logits and gradients."""
+    if not M._grouped(torch.ones(1, device=DEVICE)):     # (CUDA: bf16 on sm90+ only; this test is fp32)
+        pytest.skip(f"torch._grouped_mm does not run in fp32 on {DEVICE}: the loop over experts is what runs here")
     ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm2_moe"), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids = rand_ids(2, 33)
@@ -211,7 +213,7 @@ def test_moe_grouped_gemm_equals_the_loop_over_experts(tmp_path, monkeypatch):
         monkeypatch.setattr(M, "_grouped", lambda x, g=grouped: g)
         ours.zero_grad()
         logits = ours(ids)
-        (logits.logsumexp(-1) * torch.linspace(0.5, 1.5, 33)).sum().backward()
+        (logits.logsumexp(-1) * torch.linspace(0.5, 1.5, 33, device=DEVICE)).sum().backward()
         out[grouped] = logits.detach(), {n: p.grad.clone() for n, p in ours.named_parameters()}
     assert (out[True][0] - out[False][0]).abs().max().item() <= TOL
     for n, g in out[False][1].items():
