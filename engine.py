@@ -457,8 +457,7 @@ class Engine:
         """Take the sampled token of `req`; returns whether it goes on. A request whose client left or whose
         logits are not finite (a diverged adapter) ends here, alone."""
         if req.cancelled:
-            req.finish_reason = "abort"
-            req.emit("done", "abort")
+            self._abort(req)
             return False
         if not finite:
             req.emit("error", f"the model produced non-finite logits (adapter {req.adapter or 'none'}: NaN or "

@@ -251,7 +251,8 @@ def fused_attention(q, k, v, seg: Segments, window):
             ok = ((sq == sk) & (ki <= qi)) | ((sk == root[sq]) & (pos[ki] < shared[sq]))
             return ok if window is None else ok & (pos[qi] - pos[ki] < window)
         seg._masks[window] = create_block_mask(seen, None, None, N, N, device=q.device, _compile=gpu)
-    o = _flex[gpu](*(t.transpose(0, 1)[None] for t in (q, k, v)), block_mask=seg._masks[window], enable_gqa=h != k.shape[1])
+    o = _flex[gpu](*(t.transpose(0, 1)[None] for t in (q, k, v)), block_mask=seg._masks[window],
+                   enable_gqa=h != k.shape[1])
     return o[0].transpose(0, 1)
 
 
