@@ -45,8 +45,9 @@ def env(tmp_path_factory):
     ref = C.load_model(ckpt, dtype=torch.float32, device="cpu")
     L.add_lora(ref, rank=4, alpha=32, adapters=("rand",), seed=1)
     with torch.no_grad():
+        g = torch.Generator().manual_seed(1)      # the same "random" adapter every run
         for p in L.lora_parameters(ref, "rand"):
-            p.normal_(0, 0.2)
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     rand = L.save_adapter(ref, tmp / "rand", adapter="rand")
     h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     yield {"url": h.url, "ckpt": ckpt, "scripted": scripted, "rand": rand, "ref": ref, "tmp": tmp,
