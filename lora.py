@@ -11,6 +11,7 @@ when loading), per-module rank/alpha patterns, LoRA on experts or embeddings.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -43,6 +44,21 @@ class Routing(threading.local):
         self.rows = None         # per-row adapter names (batched inference), or None
         self.order = ()          # the distinct adapters of `rows`, in first-seen order
         self.masks = {}          # this batch's row masks, by layer layout (set_adapter starts a new dict)
+
+    def context_fn(self):
+        """torch.utils.checkpoint's context_fn (model.recompute_context): the recomputation routes as this forward
+        does. On a GPU autograd recomputes in its own thread, where this per-thread routing is unset: it would
+        recompute the base model's layer - a mismatch error, or silently wrong gradients."""
+        return contextlib.nullcontext(), self._routed((self.active, self.rows, self.order, self.masks))
+
+    @contextlib.contextmanager
+    def _routed(self, state):
+        before = (self.active, self.rows, self.order, self.masks)
+        self.active, self.rows, self.order, self.masks = state
+        try:
+            yield
+        finally:
+            self.active, self.rows, self.order, self.masks = before
 
     def mask(self, names, ranks, dtype, device):
         """[rows, sum(ranks)]: 1 where a row's adapter owns the stacked column. Made once per batch and layout
@@ -170,6 +186,7 @@ def _wrap(model) -> dict:
     """Swap every target nn.Linear for a LoRALinear (once); returns {module name: LoRALinear}."""
     if not hasattr(model, "lora_routing"):
         model.lora_routing, model.lora_config = Routing(), {}
+        model.recompute_context = model.lora_routing.context_fn
         targets = set(FAMILIES[model.config.model_type].lora_targets)
         for name, mod in list(model.named_modules()):
             if type(mod) is nn.Linear and name.rsplit(".", 1)[-1] in targets and name != "lm_head":

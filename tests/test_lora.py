@@ -1,6 +1,7 @@
 """lora.py against PEFT on transformers' models (test-only reference), multi-adapter routing, format rules."""
 import json
 import math
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -151,6 +152,40 @@ def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
     assert all(not p.requires_grad for n, p in ours.named_parameters() if ".lora_" not in n)
     changed = {n for n, p in ours.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all(".lora_A.a" in n or ".lora_B.a" in n for n in changed)
+
+
+def test_recomputed_layers_use_the_forwards_adapter_in_another_thread(tmp_path):
+    """Activation checkpointing recomputes each layer in backward - on a GPU in autograd's own thread, where the
+    per-thread adapter routing is unset (found by bench/gpu.sh on an H200: "a different number of tensors was saved",
+    the base model's layers recomputed). Backward from another thread here: the gradients equal those without
+    checkpointing."""
+    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    L.add_lora(ours, rank=4, alpha=8, adapters=("a", "b"), seed=0)
+    randomize(ours, "a", seed=1)
+    for p in L.lora_parameters(ours, "a"):
+        p.requires_grad_(True)
+    L.set_adapter(ours, "a")
+    ours.train()
+    ids, grads = rand_ids(1, 40, high=ours.config.vocab_size), []
+    for ckpt in (False, True):
+        ours.gradient_checkpointing = ckpt
+        for p in L.lora_parameters(ours, "a"):
+            p.grad = None
+        loss, errors = ours(ids).logsumexp(-1).mean(), []
+        t = threading.Thread(target=lambda: _backward(loss, errors))
+        t.start()
+        t.join()
+        assert not errors, errors[0]
+        grads.append([p.grad.clone() for p in L.lora_parameters(ours, "a")])
+    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
+    assert any(g.abs().sum() > 0 for g in grads[0])
+
+
+def _backward(loss, errors):
+    try:
+        loss.backward()
+    except Exception as e:     # (a thread's exception would only be printed)
+        errors.append(e)
 
 
 def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
