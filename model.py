@@ -8,7 +8,7 @@ branch sharing its root's first p tokens (`Segments`): 8 rollouts of one prompt 
 (`new_cache`, kvcache.py) it decodes incrementally; the decode loop and sampling are engine.py's.
 
 Left out: training-time dropout, RoPE scalings other than default/linear/llama3/proportional, vision towers, tensor
-parallelism (FSDP2 wraps the modules from outside), fused kernels beyond flex_attention (on a GPU: `fused_attention`)
+parallelism (FSDP2 wraps the modules from outside), fused kernels beyond flex_attention (`fused_attention`, opt-in)
 and grouped GEMMs for experts, branches in the decoding cache (a row: one sequence).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from kvcache import Cache
 
@@ -196,7 +196,7 @@ def find_segments(position_ids: torch.Tensor) -> Segments:
 def segment_attention(q, k, v, seg: Segments, B, window):
     """Causal (optionally sliding-window) attention per packed segment. q [N,h,D], k/v [N,hkv,D]. A branch
     attends to its root's first `shared` keys (those in the window) and causally to itself."""
-    if seg.fused and not _FLEX_FAILED:
+    if seg.fused and not _FLEX_FAILED and q.shape[-1] >= 16:     # (flex's kernel needs heads of 16 or more)
         try:
             return fused_attention(q, k, v, seg, window)
         except torch.OutOfMemoryError:
@@ -510,12 +510,17 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.config = cfg
-        self.fused = None       # training attention on flex_attention (`fused_attention`); None: on a GPU
+        # training attention as one flex_attention call (`fused_attention`): opt-in, as on an H200 (torch 2.11) its
+        # compilation took minutes (bench/gpu.sh, docs/gpu.md); None: on a GPU
+        self.fused = False
         self.model = Backbone(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.gradient_checkpointing = False   # per-layer activation checkpointing while training
+        # checkpoint's context_fn: thread-local state the recomputation needs (on a GPU it runs in autograd's own
+        # thread, not the forward's): lora.add_lora sets one that routes it to the forward's adapter
+        self.recompute_context = noop_context_fn
         self._inv_freq = {}
 
     @property
@@ -551,7 +556,7 @@ class CausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids).flatten(0, 1)
         for i, layer in enumerate(self.model.layers):
             if self.gradient_checkpointing and self.training and cache is None:
-                x = checkpoint(layer, x, rope, seg, B, use_reentrant=False)
+                x = checkpoint(layer, x, rope, seg, B, use_reentrant=False, context_fn=self.recompute_context)
             else:
                 x = layer(x, rope, seg, B, cache, i)
         if cache is not None:

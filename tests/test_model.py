@@ -168,7 +168,7 @@ def test_branch_backward_matches_separate(tmp_path):
     sum(ours(s[None].to(DEVICE))[0, k:].logsumexp(-1).sum()
         for b in range(2) for s, k in zip(separate[b], skip[b])).backward()
     for n, p in ours.named_parameters():
-        assert torch.allclose(p.grad, g_tree[n], atol=1e-4), n
+        assert torch.allclose(p.grad, g_tree[n], atol=1e-4, rtol=1e-4), n     # (CUDA: gradients ~10, sums reordered)
 
 
 @pytest.mark.parametrize("model_type", ["lfm3", "lfm2"])
@@ -179,6 +179,7 @@ def test_fused_attention_equals_the_default_path(tmp_path, model_type, monkeypat
     (what a GPU's kernel is checked against) is reached by lifting that device check, in this test only."""
     import torch.nn.attention.flex_attention as FA
     monkeypatch.setattr(FA, "_validate_device", lambda *a: None)
+    monkeypatch.setattr(M, "_FLEX_FAILED", [])     # (an earlier test's model may have had heads under 16)
     ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids, pos, _, _ = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(2))
