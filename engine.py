@@ -25,6 +25,7 @@ import collections
 import queue
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -172,7 +173,8 @@ class Engine:
         self.preemptions, self.admissions, self.kv_peak = 0, 0, 0    # kv_peak: most slots x (positions + rings) held
         self.prompt_hits, self.prompt_tokens = 0, 0
         self.prefix_hits, self.prefix_tokens = 0, 0     # prefills that began from a stored prompt; tokens skipped
-        return_freed_memory()
+        if model.device.type == "cpu":     # (glibc's heap: nothing to do with a GPU's memory)
+            return_freed_memory()
         self.max_batch, self.max_queue = max_batch, max_queue
         self.max_model_len = max_model_len or int(model.config.raw.get("max_position_embeddings", 4096))
         self.pending, self.commands = queue.Queue(), queue.Queue()
@@ -180,6 +182,8 @@ class Engine:
         self.held = collections.deque()     # taken from `pending` (engine thread only): waiting for room in the budget
         self.filling, self.prefill_chunk = None, max(1, int(prefill_chunk))   # (request, its _prefill) under way
         self.interleaved = 0                # prefill chunks done while rows were decoding
+        # where the engine thread's time goes (a GPU's work is counted where it is waited for: each step's sampling)
+        self.busy = collections.Counter()   # decode_s, steps, rows (summed over steps), prefill_s, prefill_tokens
         self.adapters = {}          # name -> path
         self.removing = set()
         self.wake = threading.Event()
@@ -310,10 +314,14 @@ class Engine:
                     return
                 req = self.held.popleft()
                 self.filling = (req, self._prefill(req))
+            t = time.perf_counter()
             try:
-                spent += next(self.filling[1])
+                n = next(self.filling[1])
+                spent += n
                 self.interleaved += bool(self.active)      # a chunk done while rows wait on it
+                self.busy.update(prefill_s=time.perf_counter() - t, prefill_tokens=n)
             except StopIteration:
+                self.busy.update(prefill_s=time.perf_counter() - t)
                 self.filling = None
                 self._run_commands()        # an adapter publish waits for one prefill at most, not all
             except Exception as e:          # joining the batch failed (its K/V copy): this request alone
@@ -426,6 +434,7 @@ class Engine:
             self.prompt_tokens -= self._slots(key, self.prompts.pop(key)[0])
 
     def _step(self):
+        t = time.perf_counter()
         self._preempt()
         rows = [r.adapter for r in self.active]
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
@@ -436,6 +445,7 @@ class Engine:
             self._fail_active(f"decode failed: {e}")
             return
         self.kv_peak = max(self.kv_peak, self.cache.slots * (self.cache.cap + self.ring_positions))
+        self.busy.update(decode_s=time.perf_counter() - t, steps=1, rows=len(rows))
         gone = [i for i, r in enumerate(self.active) if not self._accept(r, *drawn[i])]
         if gone:
             # finished rows free their slots and the last rows move into them (a row copy each): reorder likewise
