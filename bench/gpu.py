@@ -2,7 +2,7 @@
 LoRA on every linear layer, a 65 536-token step packed into 4 micro-batches from a realistic length mix (groups of
 8 rollouts sharing a prompt: branched packing), chunked log-probs + the clipped loss + backward + AdamW. Prints step
 time, trained tokens/s, MFU and peak memory, with and without activation checkpointing, for the per-segment SDPA
-path and the fused flex_attention one (model.fused_attention) side by side.
+path (the default) and, with --attention sdpa,flex, the fused flex_attention one (model.fused_attention) beside it.
 
     python bench/gpu.py [--budget 65536] [--steps 3] [--peak-tflops 989]
     torchrun --nproc-per-node 2 bench/gpu.py --parallel     # the same step on 2 GPUs: DDP and FSDP2 rows
@@ -89,6 +89,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=3000, help="tokens of prompt a group of 8 shares (pi's system "
                     "prompt + task: packed once, the 8 rollouts as branches); 0: independent sequences")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--attention", default="sdpa", help="sdpa, flex or sdpa,flex: the training attention rows "
+                    "(flex_attention compiles on its first step: minutes on an H200; default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to check the script runs")
     ap.add_argument("--parallel", action="store_true", help="under torchrun: DDP and FSDP2 rows (see above)")
     args = ap.parse_args()
@@ -121,18 +123,40 @@ def main():
           f"(fill {packed.fill:.0%}; {packed.shared_tokens} more shared as groups' prompts) in "
           f"{len(packed.micro_batches)} micro-batches {[mb.num_tokens for mb in packed.micro_batches]}; {where}")
     print(f"{'attention':<11}{'checkpointing':<15}{'step s':>9}{'tokens/s':>11}{'TFLOP/s':>10}{'MFU':>7}"
-          f"{'peak GiB':>10}{'vs sdpa':>9}")
+          f"{'peak GiB':>10}{'vs sdpa':>9}{'first s':>9}")
     base = {}
-    for fused in ((False, True) if dev.type == "cuda" else (False,)):   # flex_attention: no backward on a CPU
+    kinds = args.attention.split(",")
+    if dev.type != "cuda" and "flex" in kinds:
+        raise SystemExit("bench/gpu.py: --attention flex needs a GPU (flex_attention has no backward on a CPU)")
+    for fused in [k == "flex" for k in kinds]:
         model.fused = fused
         for ckpt in (False, True):
             model.gradient_checkpointing = ckpt
-            t = timed(args.steps, dev, lambda: plain_step(model, opt, params, packed, dev))
+            name = f"{'flex' if fused else 'sdpa':<11}{'on' if ckpt else 'off':<15}"
+            try:
+                t, first = timed(args.steps, dev, lambda: plain_step(model, opt, params, packed, dev), first=True)
+            except Exception as e:      # one row failing (a kernel, memory) leaves the others to run
+                print(f"{name}failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache() if dev.type == "cuda" else None
+                continue
             base.setdefault(ckpt, t)
             tf = flops / t / 1e12
-            print(f"{'flex' if fused else 'sdpa':<11}{'on' if ckpt else 'off':<15}{t:>9.2f}{packed.tokens / t:>11.0f}"
-                  f"{tf:>10.0f}{tf / args.peak_tflops:>7.1%}{peak(dev):>10.1f}{base[ckpt] / t:>8.2f}x")
-
+            print(f"{name}{t:>9.2f}{packed.tokens / t:>11.0f}{tf:>10.0f}{tf / args.peak_tflops:>7.1%}{peak(dev):>10.1f}"
+                  f"{base[ckpt] / t:>8.2f}x{first:>9.1f}", flush=True)
+    if "flex" in kinds and not M._FLEX_FAILED:     # flex compiled with dynamic shapes: new lengths, no recompile
+        model.fused, model.gradient_checkpointing = True, True
+        other = G.pack(sorted(seqs, key=lambda q: len(q.tokens) % 97), args.budget, args.micro_batches)
+        sync()
+        t = time.perf_counter()
+        plain_step(model, opt, params, other, dev)
+        sync()
+        t = time.perf_counter() - t
+        print(f"flex, checkpointing on, micro-batches of new lengths {[mb.num_tokens for mb in other.micro_batches]}: "
+              f"{t:.2f} s a step (a recompilation would cost about the first step's time)")
+    if M._FLEX_FAILED:
+        print(f"flex_attention fell back to SDPA: {M._FLEX_FAILED[0][:300]}")
+    print("first s: the first (warm-up) step, compilation included; step s: the median of the steps after it")
 
 def loss_fn(model, packed, dev):
     """parallel.train_step's loss_fn: the forward through `net` (wrapped or not), the loss over the step."""
@@ -160,8 +184,9 @@ def peak(dev):
     return (torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0) / 2**30
 
 
-def timed(steps, dev, step, across=True):
-    """Median seconds of `steps` calls of step() after one warm-up; across ranks: the slowest rank's."""
+def timed(steps, dev, step, across=True, first=False):
+    """Median seconds of `steps` calls of step() after one warm-up (first=True: and the warm-up's own seconds);
+    across ranks: the slowest rank's."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
@@ -170,13 +195,11 @@ def timed(steps, dev, step, across=True):
         t0 = time.perf_counter()
         step()
         sync()
-        if i:        # the first step warms up
-            times.append(time.perf_counter() - t0)
-    t = torch.tensor(sorted(times)[len(times) // 2])
+        times.append(time.perf_counter() - t0)
+    t = torch.tensor(sorted(times[1:])[len(times[1:]) // 2])
     if across and P.world() > 1:
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return t.item()
-
+    return (t.item(), times[0]) if first else t.item()
 
 def parallel(args, cfg, dev, packed, where):
     """Rank 0 alone (one process's step), then DDP and FSDP2 over every rank of this torchrun: one row each."""

@@ -361,7 +361,7 @@ def child(args):
             print(json.dumps({"allocated": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
                               "prompt_hits": e.prompt_hits, "prefix_hits": e.prefix_hits,
                               "prefix_tokens": e.prefix_tokens, "preemptions": e.preemptions,
-                              "kv_peak_gib": e.kv_peak * e.kv_per_token / 2**30,
+                              "kv_peak_gib": e.kv_peak * e.kv_per_token / 2**30, "busy": dict(e.busy),
                               "kv_budget_gib": (e.kv_positions or 0) * e.kv_per_token / 2**30}), flush=True)
     h.stop()
 
@@ -488,15 +488,8 @@ def generate_vs(ckpt, args):
             torch.stack([tok.double()]).cpu()   # the engine's one copy a step
             if step < n - 1:
                 logits = ours(tok[:, None], cache=cache)[:, -1]
-    rows = {"ours": timed(lambda: ours_run(N)) - timed(lambda: ours_run(1))}
-    del ours
-    ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(dev).eval()
-    gen = lambda n: ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,  # noqa
-                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=0)
-    rows["transformers generate"] = timed(lambda: gen(N)) - timed(lambda: gen(1))
     cfg = C.parse_config(json.loads((Path(ckpt) / "config.json").read_text()))
-    weights = sum(p.numel() * p.element_size() for p in ref.parameters())
-    del ref
+    weights = sum(p.numel() * p.element_size() for p in ours.parameters())
     per_pos, per_row = KV.costs(cfg, torch.finfo(dtype).bits // 8)
     kv = B * (per_pos * (P + N / 2) + per_row)              # the mean step's K/V read
     if args.bandwidth:
@@ -504,21 +497,33 @@ def generate_vs(ckpt, args):
     else:                                                   # this device's copy bandwidth (read + write)
         x, y = torch.ones(256 * 2**20 // 4, device=dev), torch.zeros(256 * 2**20 // 4, device=dev)
         bw = 2 * x.numel() * 4 / timed(lambda: y.copy_(x))
-    rows["roofline"] = (N - 1) * (weights + kv) / bw
+    roofline = (N - 1) * (weights + kv) / bw
     print(f"# decoding: {B} rows, prompts of {P}, {N} new tokens each, {Path(ckpt).name} {args.dtype} on "
           f"{torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}; a step reads {weights / 2**30:.2f} GiB "
           f"of weights + {kv / 2**30:.3f} GiB of K/V at {bw / 1e9:.0f} GB/s; torch {torch.__version__}, transformers "
           f"{transformers.__version__}")
     print(f"{'':<24}{'decode s':>9}{'tokens/s':>10}{'of roofline':>13}")
-    for k, t in rows.items():
-        print(f"{k:<24}{t:>9.2f}{B * (N - 1) / t:>10.0f}{rows['roofline'] / t:>12.0%}")
+
+    def row(name, t):
+        print(f"{name:<24}{t:>9.2f}{B * (N - 1) / t:>10.0f}{roofline / t:>12.0%}", flush=True)
+    row("roofline", roofline)
+    row("ours", timed(lambda: ours_run(N)) - timed(lambda: ours_run(1)))
+    del ours
+    try:
+        ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(dev).eval()
+    except (ValueError, KeyError) as e:       # a transformers without this family (LFM3 is new): --shape lfm2-*
+        return print(f"transformers generate: not run, {str(e).splitlines()[0][:160]}")
+    gen = lambda n: ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,  # noqa
+                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=0)
+    row("transformers generate", timed(lambda: gen(N)) - timed(lambda: gen(1)))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="(default: %(default)s)")
-    ap.add_argument("--shape", default=None, choices=["lfm3-1.7b", "lfm3-cpu"],
-                    help="ours' model (default: lfm3-1.7b on cuda, lfm3-cpu on cpu); vLLM's is the LFM2 beside it")
+    ap.add_argument("--shape", default=None, choices=list(SHAPES), help="ours' model (default: lfm3-1.7b on cuda, "
+                    "lfm3-cpu on cpu); vLLM's is the LFM2 beside it; --generate: an LFM2 shape is one transformers "
+                    "has had longest")
     ap.add_argument("--load", default=None, choices=list(LOADS), help="prompt/completion lengths (default: the "
                     "device's)")
     ap.add_argument("--server", default="both", choices=["ours", "vllm", "both", "all"],
@@ -591,6 +596,12 @@ def main():
               + (f"  prompt hits {r['prompt_hits']}, prefix hits {r['prefix_hits']} ({r['prefix_tokens']} tokens "
                  "not prefilled; since start)" if "prefix_hits" in r else "")
               + (f"  first error: {r['first_error']}" if r["first_error"] else ""), flush=True)
+        if r.get("busy"):       # the engine thread's time since start (warm-up included)
+            b = r["busy"]
+            print(f"      engine thread: decode {b.get('decode_s', 0):.1f} s in {b.get('steps', 0)} steps "
+                  f"({b.get('rows', 0) / max(1, b.get('steps', 0)):.1f} rows a step, "
+                  f"{1e3 * b.get('decode_s', 0) / max(1, b.get('steps', 0)):.1f} ms each), prefill "
+                  f"{b.get('prefill_s', 0):.1f} s for {b.get('prefill_tokens', 0)} tokens", flush=True)
     by = {(r["server"], r["shape"]): r["tokens_per_s"] for r in rows}
     if ("ours", ours_shape) in by and ("vllm", anchor_shape) in by:
         print(f"ours ({ours_shape}) / vLLM ({anchor_shape}) tokens/s: "
