@@ -316,6 +316,14 @@ def base_env(home):
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 
 
+def pristine_python(home):
+    """The verifier's Python loads nothing cached or hooked from where the agent wrote: byte code only from a fresh
+    folder (a `__pycache__` planted in the work dir is not read: source runs), no user site (a planted
+    `usercustomize`/`.pth` under a home). The suites' graders also run `python3 -S` (no `sitecustomize`) and put
+    the work dir after the standard library (data/run_tests.py)."""
+    return {"PYTHONPYCACHEPREFIX": f"{home}/.pycache", "PYTHONNOUSERSITE": "1"}
+
+
 def _run(argv, cwd, env, timeout, log_path):
     """Run in a new process group; kill the whole group (and, under bwrap, the sandbox) on timeout and any
     leftovers after exit, and wait until they are gone."""
@@ -419,7 +427,8 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
         extra = resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
         wd = workdir(task, work, boxed)
         env, theirs = base_env(tmp / "home") | {"WORKDIR": wd, "TESTS_DIR": at["tests"], "LOGS_DIR": at["logs"],
-                                                "AGENT_OUTPUT": str(tmp / "agent_output.txt")}, task_env(task, extra)
+                                                "AGENT_OUTPUT": str(tmp / "agent_output.txt"),
+                                                **pristine_python(tmp / "home")}, task_env(task, extra)
         work.mkdir(parents=True, exist_ok=True)     # an agent that removed its work dir is graded on nothing
         t = timeout or task.verifier_timeout
         argv = ["bash", f"{at['tests']}/test.sh"]

@@ -856,3 +856,63 @@ def test_cli_unknown_suite_is_one_line(cmd):
                        text=True, timeout=60)
     assert p.returncode != 0 and "Traceback" not in p.stderr and "no-such-suite" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+# ----------------------------------------------------------------------------- the pristine verifier
+
+HIDDEN = ("import statistics\nfrom stats_tool import mean3\n\n\ndef test_mean():\n"
+          "    assert mean3([1, 2, 6]) == statistics.mean([1, 2, 6])\n")
+WRONG, RIGHT = "def mean3(xs):\n    return 0\n", "def mean3(xs):\n    return sum(xs) / len(xs)\n"
+FAKE = "def mean(xs):\n    return 0\n"                       # what each plant makes statistics.mean say
+HOOK = ("import sys, types\nm = types.ModuleType('statistics')\nm.mean = lambda xs: 0\n"
+        "sys.modules['statistics'] = m\n")
+
+
+def _plant(work, kind):
+    """What an agent could leave in its work dir for the verifier's interpreter to load instead of the truth."""
+    if kind == "shadow module":
+        (work / "statistics.py").write_text(FAKE)
+    elif kind == "site hook":
+        (work / "sitecustomize.py").write_text(HOOK)
+        (work / "usercustomize.py").write_text(HOOK)
+    elif kind == "path file":
+        (work / "zz.pth").write_text("import sitecustomize\n")
+        (work / "sitecustomize.py").write_text(HOOK)
+    elif kind == "byte code":        # the source stays wrong; a cached right answer that never checks its source
+        import py_compile
+        src = work / "right.py"
+        src.write_text(RIGHT)
+        tag = sys.implementation.cache_tag
+        (work / "__pycache__").mkdir(exist_ok=True)
+        py_compile.compile(str(src), cfile=str(work / "__pycache__" / f"stats_tool.{tag}.pyc"),
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH, doraise=True)
+        src.unlink()
+    elif kind == "runner config":
+        (work / "conftest.py").write_text(HOOK)
+        (work / "pytest.ini").write_text("[pytest]\naddopts = -p no:terminal\n")
+
+
+@pytest.mark.parametrize("sandbox", ["dir", "bwrap"])
+def test_planted_hooks_configs_caches_and_shadow_modules_change_no_test_result(tmp_path, sandbox):
+    """Issue 43's pristine-verifier rule, for the suites' runner (data/run_tests.py, as repo2rl and honest use it):
+    the tests come in only now, from the task, and their interpreter loads nothing from the work dir it was not
+    asked to - a shadowing module, site hook, .pth, cached byte code or runner config planted there makes a wrong
+    solution pass no test and a right one fail none. (Each plant passed the wrong solution's test before: the work
+    dir was first on sys.path and __pycache__ was read.)"""
+    if sandbox == "bwrap" and not SB.bwrap_works()[0]:
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)("bubblewrap does not work here")
+    d = make_task(tmp_path, "mean", env={"stats_tool.py": WRONG},
+                  tests={"test.sh": '#!/usr/bin/env bash\npython3 -S "$TESTS_DIR/run_tests.py" '
+                                    '"$TESTS_DIR/test_hidden.py" "$LOGS_DIR"\n',
+                         "run_tests.py": (DATA / "run_tests.py").read_text(), "test_hidden.py": HIDDEN},
+                  solution={"solve.sh": f"cat > stats_tool.py <<'EOF'\n{RIGHT}EOF\n"})
+    task = T.load_task(d)
+    for i, kind in enumerate(["none", "shadow module", "site hook", "path file", "byte code", "runner config"]):
+        for solved in (False, True):
+            work = E.materialize(task, tmp_path / f"w{i}{solved}")
+            if solved:
+                (work / "stats_tool.py").write_text(RIGHT)
+            if kind != "none":
+                _plant(work, kind)
+            r = E.verify(task, work, sandbox=sandbox)
+            assert r.score == float(solved), (kind, solved, r.reason, r.output[-300:])

@@ -5,8 +5,9 @@ usage: python3 run_tests.py TEST_FILE LOGS_DIR [--all-or-nothing]
 r = k / n (build, extend) or 1 if k == n else 0 (repair, --all-or-nothing).
 
 The test functions (`def test_*()` at the top level of TEST_FILE, counted from the source, so a crash
-cannot shrink n) run in a child interpreter with the work dir (cwd) first on sys.path, each under a 10 s
-alarm. The child reports each pass on a private pipe; a test it never reports (crash, os._exit, hang)
+cannot shrink n) run in a child interpreter (no site hooks: -S) with the work dir (cwd) last on sys.path,
+after the standard library - a module planted there under a standard name is not what the tests import -
+each under a 10 s alarm. The child reports each pass on a private pipe; a test it never reports (crash, os._exit, hang)
 failed. Few imports on purpose: a verifier runs several times per task check.
 """
 import os
@@ -23,7 +24,7 @@ class Timeout(Exception):
 
 
 def child(test_file, fd):
-    sys.path[0] = os.getcwd()
+    sys.path[:] = sys.path[1:] + [os.getcwd()]     # the tests dir out, the work dir after the stdlib
     os.set_inheritable(int(fd), False)          # processes the tested code starts don't get the pipe
     out = os.fdopen(int(fd), "w", buffering=1)
     scope = {"__name__": "hidden_tests", "__file__": test_file}
