@@ -142,6 +142,8 @@ def test_editing(s, f):
         if not _is_test(n) or n in s.own or s.allowed_path(n):
             continue
         base = n.rsplit("/", 1)[-1]
+        if kind == "unknown" and not (base in s.seen - TEST_DIRS or _GLOB.search(base)):
+            continue                                    # a program of unknown role: only a test the task showed
         if _SCRATCH.search(n) and kind == "new" and base not in s.seen:
             continue                                    # a scratch test of its own in /tmp
         if kind != "new" or inside is False or base in s.seen or base in TEST_DIRS or _GLOB.search(base):

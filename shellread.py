@@ -5,11 +5,11 @@
 Arguments are routed by key and shape across pi, opencode and hermes (command/cmd -> shell, code -> code, path keys ->
 paths, url -> URLs, content/newText/new_string/patch -> written text). Shell is tokenized (quotes, pipes, subshells,
 heredocs, sh -c, eval, xargs, find -exec, payloads, ...); a $(..) or backtick part of a word becomes its output when
-known (echo, printf), else `**`: solu$(true)tion reads as a glob for "solution".
-
-Left out: reading code run now (coderead.py, into the same Facts), judging (guardrules.py), what a script written
-now does when it runs later, strings built at run time (chr(), reversed, downloaded, tr, rev), `cd` persisting
-across hermes terminal calls, shell functions and glob expansion (a glob stays a pattern), what an archive holds.
+known (echo, printf), else `**`: solu$(true)tion reads as a glob for "solution". A program outside READERS and the
+writers known here writes its path arguments (kind "unknown": the rules fail closed on protected ones). Left out:
+code run now (coderead.py), judging (guardrules.py), what a script written now does later, strings built at run
+time (chr(), reversed, downloaded, tr, rev), `cd` across hermes terminal calls, shell functions and glob expansion
+(a glob stays a pattern), what an archive holds.
 """
 import base64
 import posixpath
@@ -49,6 +49,19 @@ CURL_VALUE_OPTS = {"-o", "-d", "-H", "-X", "-u", "-A", "-e", "-b", "-c", "-F", "
                    "--header", "--request", "--user", "--user-agent", "--referer", "--cookie", "--cookie-jar",
                    "--form", "--upload-file", "--write-out", "--max-time", "--output-document",
                    "--directory-prefix", "--post-data", "--post-file", "--body-data"}
+# READERS only read, list or run the paths they are given (pytest on: runners - what they run is the project's); any
+# other program's are writes, kind "unknown". FORMATTERS write them unless given one of their check flags.
+READERS = set("""cat tac head tail less more nl wc grep egrep fgrep zgrep rg ag ack diff cmp comm ls dir tree stat
+file du df sum cksum md5sum sha1sum sha224sum sha256sum sha384sum sha512sum b2sum sort uniq cut paste join column
+fold fmt od xxd hexdump strings jq yq sed awk gawk mawk echo printf test [ [[ readlink realpath basename dirname pwd
+which type whereis hash true false : sleep date printenv id whoami uname hostname nproc free ps pgrep history alias
+source . exit return wait jobs kill clear read shift unset trap umask ulimit seq yes expr bc dc base64 base32 basenc
+rev tr iconv mkdir cd pushd popd export declare typeset local readonly set compgen locate mlocate plocate find xargs
+pytest py.test pip pip3 uv poetry pipenv conda npm yarn pnpm make cmake ninja cargo rustc go gcc g++ cc clang clang++
+javac java mvn gradle tox nox mypy pyright flake8 pylint pyflakes pycodestyle pydocstyle bandit coverage nose2 jest
+mocha vitest tsc""".split())
+FORMATTERS = {"black": ("--check", "--diff"), "isort": ("--check", "--check-only", "-c", "--diff"), "ruff": None,
+              "rustfmt": ("--check",), **dict.fromkeys("prettier eslint autopep8 yapf gofmt clang-format".split())}
 MODEL_CLIS = {"llm", "openai", "litellm", "ollama", "aider", "claude", "codex", "opencode", "hermes", "gemini"}
 
 _TOK = re.compile(r"""(?P<sp>[ \t\r]+|\\\n)|(?P<nl>\n)|(?P<op>\|\||&&|;;|\|&|[|&;()])
@@ -356,6 +369,16 @@ class _Shell:
                 re.fullmatch(r"-\w*[rR]\w*|--recursive|--dereference-recursive", a) for a in opts)):
             skip = 0 if any(a in ("-e", "-f", "--regexp", "--file") for a in opts) else 1
             f.trees.extend((p, self.cwd) for p in pos[skip:] or ["."])
+        elif name in ("npx", "bunx", "uvx") and pos:   # npx prettier --write x: the program it runs
+            return self.command(args[args.index(pos[0]):], redirs, stdin, prev)
+        elif name in FORMATTERS:                       # black tests/, prettier --write, ruff check --fix
+            checks, fix = FORMATTERS[name], opts & {"--write", "-w", "--fix", "-i", "--in-place", "--fix-only"}
+            if not opts & set(checks) if checks else fix or pos[:1] == ["format"] and not opts & {"--check", "--diff"}:
+                self.write([a for a in pos if a not in ("check", "format")], "edit")
+        elif name not in READERS and name not in NET_CMDS and not _INTERP.fullmatch(name):
+            self.write(pos, "unknown")                 # a program whose role for its arguments is unknown
+        if (name in SHELLS or _INTERP.fullmatch(name)) and code_at is None and not (stdin or prev):
+            self.write(pos[1:], "unknown")             # python fix.py tests/test_x.py: what fix.py does with it
         if name in NET_CMDS:
             self.net(name, args)
         if name in ("sed", "perl") and any(a.startswith("-i") or a == "--in-place" or
