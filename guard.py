@@ -6,7 +6,7 @@
     python guard.py scan runs/x/rollouts                # re-check saved ATIF trajectories offline
 
 A Session indexes what the conversation showed (hosts, test files, the task text, files, links and diffs the agent
-made) and resolves paths as the rollout sees them: lexically against the work dir and HOME, and through realpath where
+made, what it wrote where - judged again when a later call runs it: `Session._runs`) and resolves paths as the rollout sees them: lexically against the work dir and HOME, and through realpath where
 they exist here (the guard runs next to the sandboxes). Left out: reading a call (shellread.py, coderead.py), the rules
 and what they cannot see (guardrules.py).
 """
@@ -37,6 +37,16 @@ _UNKNOWN_UP = re.compile(r"^.*\*\*[^/]*/(?:\.\./?)+")
 _JSON_ESC = re.compile(r'\\(?:[nrtbf"/\\]|u[0-9a-fA-F]{4})')
 _WORKDIR = re.compile(r"(?:current working directory|working directory|cwd|workdir)\s*[:=]\s*(/[^\s'\"<>]+)")
 _OWN_STASH = re.compile(r"\bgit\s+stash(?!\s+(?:list|show|apply|pop|branch|drop|clear))")
+# Files a command runs by itself, found by name (relative to where it runs): build files, package scripts, hooks,
+# the test runner's plugins. VIEWERS only show a file they are given; any other command given a written file runs it.
+RUNS = {"make": ("Makefile", "makefile", "GNUmakefile"), "npm": ("package.json",), "yarn": ("package.json",),
+        "pnpm": ("package.json",), "pytest": ("conftest.py", "tests/conftest.py", "test/conftest.py"),
+        "pip": ("setup.py",), "git": tuple(f".git/hooks/{h}" for h in ("pre-commit", "commit-msg", "post-commit",
+                                                                       "pre-push", "post-checkout", "post-merge"))}
+VIEWERS = {"cat", "head", "tail", "less", "more", "grep", "egrep", "fgrep", "rg", "wc", "ls", "stat", "file", "diff",
+           "cmp", "md5sum", "sha256sum", "sed", "awk", "nl", "sort", "uniq", "cut", "tr", "od", "xxd", "cp", "mv",
+           "rm", "ln", "chmod", "touch", "echo", "printf", "tee", "git", "tar", "zip", "gzip", "vi", "vim", "nano"}
+_IMPORT = re.compile(r"(?:^|[\s;(])(?:import|from)\s+([A-Za-z_]\w*)", re.M)     # python -m x: x is a command
 
 
 @dataclass
@@ -109,6 +119,7 @@ class Session:
         self.hosts, self.said, self.seen, self.own = set(), set(), set(), set()
         self.task, self.asked, self.stashed, self.work_dir = [], [], False, self.g.work_dir
         self.links, self.diffs, self.made, self.places = {}, {}, {}, {}
+        self.written = {}                               # normalized path -> what the agent wrote there (latest last)
 
     def check(self, call, tools, messages):
         """`call`: an OpenAI tool call; `tools`: the request's tools (None = unknown: not checked)."""
@@ -123,15 +134,19 @@ class Session:
             return self._block(name, "declared-tool")
         f = analyze(name, readable)
         f.reads, f.writes = list(dict.fromkeys(f.reads)), list(dict.fromkeys(f.writes))
-        kept = self.links, self.diffs
-        self.links, self.diffs = dict(self.links), dict(self.diffs)
+        kept = self.links, self.diffs, self.written
+        self.links, self.diffs, self.written = dict(self.links), dict(self.diffs), dict(self.written)
         self._learn(f)                                  # ln -s ../solution s && cat s/solve.sh: one call
+        for ran in self._runs(f):                       # what it runs that the agent wrote: judged as this call
+            for k in ("reads", "writes", "texts", "code", "words", "targets", "links", "applies", "trees"):
+                getattr(f, k).extend(getattr(ran, k))
+            f.hits |= ran.hits
         try:
             for rule in RULES[1:]:
                 if rule not in self.g.allow_rules and (rule in f.hits or CHECKS[rule](self, f)):
                     return self._block(name, rule)
         finally:
-            self.links, self.diffs = kept              # the call is learnt for good once its message arrives
+            self.links, self.diffs, self.written = kept     # the call is learnt for good once its message arrives
         self._own(f)
         return Verdict(True)
 
@@ -195,9 +210,48 @@ class Session:
             s, d = self.norm(src, cwd)[0], self.norm(dst, cwd)[0]
             for alias in (d, d + "/" + s.rsplit("/", 1)[-1]):    # cp -r x d: d is x, or d/x when d existed
                 self.links[alias] = (s, kind)
+        kinds = {(p, cwd): kind for p, cwd, kind in f.writes}
         for p, cwd, text in f.texts:
             if p and ("\n+++ " in text or "*** " in text or text.startswith("+++ ")):
                 self.diffs[self.norm(p, cwd)[0]] = text
+            if p:                                       # an edit adds to what is known of the file (never less)
+                n = self.norm(p, cwd)[0]
+                old = self.written.pop(n, "") if kinds.get((p, cwd)) != "new" else ""
+                self.written[n] = (old + "\n" + text)[-MAX_TEXT:]
+                while len(self.written) > 256:          # bounded: the oldest go first
+                    self.written.pop(next(iter(self.written)))
+
+    def _runs(self, f):
+        """Facts of the files this call runs that the agent wrote earlier: a script it names (bash x.sh, python
+        x.py, ./x, source x), a module it imports (python -c 'import x', -m x: a command), and what a command runs itself
+        (RUNS: a Makefile's recipes, package.json's scripts, git hooks, conftest.py, setup.py). One level deep."""
+        if not self.written or not f.cmds and not f.code:
+            return []
+        names = set()
+        runs = not set(f.cmds) <= VIEWERS or f.code
+        if runs:
+            names |= {self.norm(p, cwd)[0] for p, cwd in f.reads}
+            names |= {self.norm(m + ".py")[0] for m in f.cmds + [m for t in f.code for m in _IMPORT.findall(t)]}
+        for c in f.cmds:
+            names |= {self.norm(r)[0] for r in RUNS.get(c, ())}
+        out = []
+        for n in names:
+            text = self.written.get(n)
+            if text is None:
+                continue
+            base = n.rsplit("/", 1)[-1]
+            if base.endswith(".py"):
+                out.append(analyze("python", {"code": text}))
+                continue
+            if base == "package.json":
+                try:
+                    text = "\n".join(str(v) for v in (json.loads(text).get("scripts") or {}).values())
+                except (ValueError, AttributeError):
+                    pass                                # unreadable: read as shell, fail closed
+            elif base in RUNS["make"]:
+                text = "\n".join(line.strip().lstrip("@-") for line in text.splitlines() if line.startswith("\t"))
+            out.append(analyze("bash", {"command": text}))
+        return out
 
     # -- paths and hosts as this rollout sees them
     def norm(self, p, cwd="."):
