@@ -42,6 +42,12 @@ _PY_VARWRITE = re.compile(r"open\(\s*[A-Za-z_][\w.\[\]]*\s*,\s*(?:mode\s*=\s*)?[
 _PY_SHELL = re.compile(r"(?:os\.system|os\.popen|subprocess\.\w+|check_output|check_call|Popen|execSync|spawnSync|"
                        r"exec|terminal)\(\s*(\[[^\]]{0,4000}\]|" + _LIT + ")")
 _PY_SOCKET = re.compile(r"\(\s*['\"]([\w.-]+\.[a-z]{2,}|\d+\.\d+\.\d+\.\d+)['\"]\s*,\s*(\d+)\s*\)")
+# A network call whose target is not a literal: a name (resolved through `name = "literal"` in the same code), else
+# unknown - the hosts rule fails closed on it ("?")
+_PY_NET = re.compile(r"(?:\b(?:requests|httpx|urllib3|aiohttp)\.(?:get|post|put|patch|delete|head|request|stream)|"
+                     r"\burlopen|\burllib\.request\.Request|\bHTTPS?Connection|(?<![.\w])fetch|\baxios\.\w+)"
+                     r"\s*\(\s*([A-Za-z_][\w.]*)\s*[,)]|(?:create_connection|\.connect)\s*\(\s*\(\s*([A-Za-z_][\w.]*)\s*,")
+_PY_ASSIGN = re.compile(r"(?:^|;)\s*([A-Za-z_]\w*)\s*=\s*" + _LIT, re.M)
 _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehub\.\w+)\(\s*(?:repo_id\s*=\s*)?"
                       + _LIT + r"([^)]*)")
 
@@ -77,6 +83,10 @@ def read_code(sh, src):
     if _PY_VARWRITE.search(src):                        # writes through a variable: a named test may be it
         f.hits.add("unknown-write")
     f.targets.extend(f"{h}:{p}" for h, p in _PY_SOCKET.findall(src))
+    named = {m.group(1): _lit(m, 2) for m in _PY_ASSIGN.finditer(src)} if "=" in src else {}
+    for m in _PY_NET.finditer(src):                     # requests.get(url), socket.create_connection((host, 80))
+        v = named.get(m.group(1) or m.group(2))
+        f.targets.append(v if v and not v.startswith(("{", "%")) else "?")
     for m in _PY_SHELL.finditer(src):
         sh.child().run(" ".join(unescape(s or d) for s, d in re.findall(_LIT, m.group(1))))
     for m in _PY_DATA.finditer(src):

@@ -210,6 +210,8 @@ def hosts_rule(s, f):
     if any(s.norm(p, c)[0] in ("/etc/hosts", "/etc/resolv.conf") for p, c, _ in f.writes):
         return True
     for t in f.targets:
+        if t == "?":                                    # a network call whose target is unknown here: fail closed
+            return True
         scheme, host, port, path = _split_target(t)
         if scheme in ("file", "") and not host:
             continue

@@ -49,8 +49,7 @@ CURL_VALUE_OPTS = {"-o", "-d", "-H", "-X", "-u", "-A", "-e", "-b", "-c", "-F", "
                    "--header", "--request", "--user", "--user-agent", "--referer", "--cookie", "--cookie-jar",
                    "--form", "--upload-file", "--write-out", "--max-time", "--output-document",
                    "--directory-prefix", "--post-data", "--post-file", "--body-data"}
-# READERS only read, list or run the paths they are given (pytest on: runners - what they run is the project's); any
-# other program's are writes, kind "unknown". FORMATTERS write them unless given one of their check flags.
+# READERS read, list or run what they are given (any other program writes it: "unknown"); FORMATTERS unless checking
 READERS = set("""cat tac head tail less more nl wc grep egrep fgrep zgrep rg ag ack diff cmp comm ls dir tree stat
 file du df sum cksum md5sum sha1sum sha224sum sha256sum sha384sum sha512sum b2sum sort uniq cut paste join column
 fold fmt od xxd hexdump strings jq yq sed awk gawk mawk echo printf test [ [[ readlink realpath basename dirname pwd
@@ -430,8 +429,7 @@ class _Shell:
 
     def paths(self, words):
         for w in words:
-            if w.startswith("-"):                       # --file=x
-                w = w.split("=", 1)[1] if "=" in w else ""
+            w = (w.split("=", 1)[1] if "=" in w else "") if w.startswith("-") else w     # --file=x
             w = w.removeprefix("@")                     # curl -d @file
             if w and "://" not in w and len(w) < 4096 and not (" " in w or "\n" in w or "(" in w):
                 self.f.reads.append((w, self.cwd))
@@ -547,6 +545,8 @@ class _Shell:
                     f.targets.append(a)
             if name == "socat":
                 f.targets.extend(f"{h}:{p}" for h, p in re.findall(r"TCP\d?:([^:,]+):(\d+)", a, re.I))
+            if not a.startswith("-") and ("$" in a or "**" in a):
+                f.targets.append("?")                   # a target only known when it runs: the hosts rule fails closed
             j += 1
 
     def storage(self, name, args):
