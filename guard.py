@@ -46,6 +46,8 @@ RUNS = {"make": ("Makefile", "makefile", "GNUmakefile"), "npm": ("package.json",
 VIEWERS = {"cat", "head", "tail", "less", "more", "grep", "egrep", "fgrep", "rg", "wc", "ls", "stat", "file", "diff",
            "cmp", "md5sum", "sha256sum", "sed", "awk", "nl", "sort", "uniq", "cut", "tr", "od", "xxd", "cp", "mv",
            "rm", "ln", "chmod", "touch", "echo", "printf", "tee", "git", "tar", "zip", "gzip", "vi", "vim", "nano"}
+_METADATA = re.compile(r"\bsetup\(|^\[(?:project|metadata|tool\.poetry)\]|\"version\"\s*:", re.M)
+_PROJECT = re.compile(r"""(?:^|[\s(,{])(?:name\s*=\s*|"name"\s*:\s*)["']([A-Za-z0-9][\w.-]*)["']""")
 _IMPORT = re.compile(r"(?:^|[\s;(])(?:import|from)\s+([A-Za-z_]\w*)", re.M)     # python -m x: x is a command
 
 
@@ -120,6 +122,7 @@ class Session:
         self.task, self.asked, self.stashed, self.work_dir = [], [], False, self.g.work_dir
         self.links, self.diffs, self.made, self.places = {}, {}, {}, {}
         self.written = {}                               # normalized path -> what the agent wrote there (latest last)
+        self.projects = set()                           # the task's own package names, as its metadata showed them
 
     def check(self, call, tools, messages):
         """`call`: an OpenAI tool call; `tools`: the request's tools (None = unknown: not checked)."""
@@ -189,6 +192,8 @@ class Session:
         elif not self.made.get(m.get("tool_call_id"), self.made.get(None)):
             self.hosts |= hosts - self.said              # a generator's output (echo, printf ..) names no host
         self.seen |= tests
+        if role == "tool" and _METADATA.search(text):  # setup.py / pyproject.toml / package.json shown
+            self.projects |= {n.lower() for n in _PROJECT.findall(text)}
         if role in ("system", "developer", "user"):
             self.task.append(low)
             if role == "user":
