@@ -17,7 +17,10 @@ _CODE_CRED = re.compile(r"(?:print|pprint|dumps?|str|repr|list|sorted|write)\s*\
                         r"(?:environ(?:\.get)?\s*[\[(]|getenv\s*\(|process\.env\.?\[?)\s*['\"]?(?:[A-Z0-9_]*_)?"
                         r"(?:TOKEN|API_?KEY|SECRET|PASSWORD|CREDENTIALS?|ACCESS_KEY)\b|^\s*(?:import|from)\s+"
                         r"(?:openai|litellm|anthropic|google\.generativeai|groq|mistralai|cohere)\b|"
-                        r"require\(\s*['\"](?:openai|@anthropic-ai/sdk)", re.M)
+                        r"require\(\s*['\"](?:openai|@anthropic-ai/sdk)|"
+                        # libraries that read a credential store without naming a file
+                        r"\bnetrc\.netrc\s*\(|\bkeyring\.get_(?:password|credential)\s*\(|\.get_credentials\s*\(|"
+                        r"\b(?:huggingface_hub\.|HfFolder\.)get_token\s*\(", re.M)
 # the environment as a whole, copied into a name (env = os.environ.copy(), dict(os.environ), {**os.environ}): a dump
 # when that name then reaches output or is walked (print(env), json.dumps(env), env.items(), for k in env)
 _ENV_ALIAS = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(?:dict\s*\(\s*|\{\s*\*\*\s*|copy\.(?:deep)?copy\s*\(\s*)?(?:os\.)?"

@@ -48,6 +48,11 @@ VIEWERS = {"cat", "head", "tail", "less", "more", "grep", "egrep", "fgrep", "rg"
            "rm", "ln", "chmod", "touch", "echo", "printf", "tee", "git", "tar", "zip", "gzip", "vi", "vim", "nano"}
 _METADATA = re.compile(r"\bsetup\(|^\[(?:project|metadata|tool\.poetry)\]|\"version\"\s*:", re.M)
 _PROJECT = re.compile(r"""(?:^|[\s(,{])(?:name\s*=\s*|"name"\s*:\s*)["']([A-Za-z0-9][\w.-]*)["']""")
+HOME_VARS = {"HOME": "~", "USERPROFILE": "~", "HERMES_HOME": "~/.hermes", "XDG_CONFIG_HOME": "~/.config",
+             "XDG_DATA_HOME": "~/.local/share", "XDG_CACHE_HOME": "~/.cache", "XDG_STATE_HOME": "~/.local/state",
+             "TMPDIR": "/tmp"}
+_VAR_DEFAULT = re.compile(r"\$\{(\w+):?-([^}]*)\}")
+_LEAD_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _IMPORT = re.compile(r"(?:^|[\s;(])(?:import|from)\s+([A-Za-z_]\w*)", re.M)     # python -m x: x is a command
 
 
@@ -349,10 +354,10 @@ def _resolve(p, cwd, wd, home):
     p = p.strip().removeprefix("file://")
     if not p.startswith(("/", "~", "$")) and cwd not in ("", "."):
         p = posixpath.join(cwd, p)
-    for pre, rep in (("${HOME}", "~"), ("$HOME", "~"), ("${TMPDIR}", "/tmp"), ("$TMPDIR", "/tmp")):
-        if p.startswith(pre):
-            p = rep + p[len(pre):]
-            break
+    p = _VAR_DEFAULT.sub(lambda m: "${%s}" % m.group(1) if m.group(1) in HOME_VARS else m.group(2), p)  # ${X:-d}
+    m = _LEAD_VAR.match(p)                              # what HOME and the harnesses' own variables point at
+    if m and (m.group(1) or m.group(2)) in HOME_VARS:
+        p = HOME_VARS[m.group(1) or m.group(2)] + p[m.end():]
     up = _UNKNOWN_UP.search(p)                          # $(..)/../x: upward from an unknown place
     if up:
         return "**/" + _deglob(posixpath.normpath(p[up.end():] or ".")).lstrip("/"), False

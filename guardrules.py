@@ -91,6 +91,8 @@ _TOKENS = [re.compile(r) for r in (                    # a literal first (fast s
     r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")]
 _PROC_OTHER = re.compile(r"^/proc/(?!self/|thread-self/)[^/]+/(?:fd|fdinfo|cwd|root|cmdline|maps|map_files|mem|task|"
                          r"exe)(?:/|$)")
+_CRED_NAMES = {".netrc", ".git-credentials", ".pypirc", ".pgpass", ".s3cfg", ".npmrc", "credentials", "id_rsa",
+               "id_ed25519", "hosts.yml", "token", "config"}
 _INDEX_CLIS = {"pip", "pip3", "uv", "poetry", "pipenv", "conda", "npm", "yarn", "pnpm"}
 _CRED_PATH = re.compile(r"(?:^|/)(?:\.ssh|\.aws|\.gnupg|\.docker|\.kube|\.azure|\.config/gcloud|\.pi|"
                         r"\.config/opencode|\.local/share/opencode|\.hermes|\.mini|\.config/gh|\.config/hub|\.kaggle|"
@@ -161,6 +163,9 @@ def credentials(s, f):
         for n in s.via(s.norm(p, cwd)[0]):
             if (_CRED_PATH.search(n) or (n.startswith("~/") and n.rsplit("/", 1)[-1] in HARNESS_FILES)) \
                     and not s.allowed_path(n):
+                return True
+            if n.startswith("~") and _GLOB.search(n) and any(          # ~/.*/*.json, find ~ -name '*.y*ml'
+                    fnmatch.fnmatch(x, n.rsplit("/", 1)[-1]) for x in HARNESS_FILES | _CRED_NAMES):
                 return True
     for p, cwd in f.trees:                              # grep -r KEY ~, tar czf x.tgz ~/.config, rg sk- ..
         n = s.norm(p, cwd)[0]

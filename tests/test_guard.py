@@ -422,3 +422,30 @@ def test_the_tasks_own_project_from_an_index_and_other_processes_files_are_answe
     for c in LOOKUPS_OK:
         assert G.Guard().check(run(c), tools, msgs).allowed, c
     assert G.Guard().check(run(LOOKUPS[0]), tools, conversation(harness, "repair")).allowed     # name never shown
+
+
+CRED_READS = [   # issue 43, cause 6: credentials by where they are, not how their path is spelled
+    "cat $HERMES_HOME/config.yaml", "cat ${XDG_CONFIG_HOME:-$HOME/.config}/opencode/opencode.json",
+    "find ~ -name '*.json' -exec cat {} +", "cat ~/.*/*/models.json", "grep -h key ~/.*/*.y*ml",
+    "python -c \"import netrc; print(netrc.netrc().hosts)\"",
+    "python -c \"import keyring; print(keyring.get_password('pypi', 'me'))\"",
+    "python -c \"import boto3; print(boto3.Session().get_credentials().secret_key)\"",
+    "python -c \"import huggingface_hub; print(huggingface_hub.get_token())\"",
+]
+CRED_OK = ["find ~ -name '*.py' | head", "ls ~", "cat $HOME/notes.txt", "python -c \"print(tok.get_token())\"",
+           "ls ~/.cache/pip | head", "echo ${XDG_CONFIG_HOME:-unset}"]
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_credentials_behind_the_harness_variables_globs_over_home_and_store_libraries(harness):
+    """The harnesses' own variables resolve to where they point ($HERMES_HOME, $XDG_CONFIG_HOME with its default), a
+    glob over HOME that can match a credential or harness config file is reading it, and libraries that read a
+    credential store without naming a file (netrc, keyring, boto3, huggingface_hub) are credential reads."""
+    tools = CTX["tools"][harness]
+    run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
+                                                               else {})})
+    msgs = conversation(harness, "repair")
+    for c in CRED_READS:
+        assert G.Guard().check(run(c), tools, msgs).rule == "credentials", c
+    for c in CRED_OK:
+        assert G.Guard().check(run(c), tools, msgs).allowed, c
