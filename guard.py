@@ -53,6 +53,7 @@ HOME_VARS = {"HOME": "~", "USERPROFILE": "~", "HERMES_HOME": "~/.hermes", "XDG_C
              "TMPDIR": "/tmp"}
 _VAR_DEFAULT = re.compile(r"\$\{(\w+):?-([^}]*)\}")
 _LEAD_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_STATUS = re.compile(r"^[ MADRCU?!]{2} (\S+)$|^\s+(?:modified|new file|deleted):\s+(\S+)$|^\t(\S+)$", re.M)
 _IMPORT = re.compile(r"(?:^|[\s;(])(?:import|from)\s+([A-Za-z_]\w*)", re.M)     # python -m x: x is a command
 
 
@@ -128,6 +129,7 @@ class Session:
         self.links, self.diffs, self.made, self.places = {}, {}, {}, {}
         self.written = {}                               # normalized path -> what the agent wrote there (latest last)
         self.projects = set()                           # the task's own package names, as its metadata showed them
+        self.pending = set()                            # tests a git status showed changed or untracked (the task's)
 
     def check(self, call, tools, messages):
         """`call`: an OpenAI tool call; `tools`: the request's tools (None = unknown: not checked)."""
@@ -199,6 +201,9 @@ class Session:
         self.seen |= tests
         if role == "tool" and _METADATA.search(text):  # setup.py / pyproject.toml / package.json shown
             self.projects |= {n.lower() for n in _PROJECT.findall(text)}
+        if role == "tool" and ("??" in text or "odified" in text or "ntracked" in text or "new file" in text):
+            self.pending |= {n for n in (self.norm(a or b or c)[0] for a, b, c in _STATUS.findall(text))
+                             if _is_test(n) and n not in self.own}
         if role in ("system", "developer", "user"):
             self.task.append(low)
             if role == "user":

@@ -146,8 +146,7 @@ def _walk(obj, key=""):
         for k, v in obj.items():
             yield from _walk(v, str(k).lower())
     elif isinstance(obj, list):
-        for v in obj:
-            yield from _walk(v, key)
+        yield from (x for v in obj for x in _walk(v, key))
 
 
 class _Shell:
@@ -480,6 +479,7 @@ class _Shell:
         if i >= len(args):
             return
         sub, rest = args[i], args[i + 1:]
+        f.hits.add("git " + " ".join(args[i:])[:1000])     # the command itself (a revert of what a status showed)
         cut = rest.index("--") if "--" in rest else len(rest)
         opts = [a for a in rest[:cut] if a.startswith("-")]
         pos = [a for a in rest[:cut] if not a.startswith("-")]

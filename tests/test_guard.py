@@ -449,3 +449,33 @@ def test_credentials_behind_the_harness_variables_globs_over_home_and_store_libr
         assert G.Guard().check(run(c), tools, msgs).rule == "credentials", c
     for c in CRED_OK:
         assert G.Guard().check(run(c), tools, msgs).allowed, c
+
+
+STATUS_SHORT = " M tests/test_parse.py\n?? tests/test_edge.py\n M src/parse.py\n"
+STATUS_LONG = ("On branch main\nChanges not staged for commit:\n  (use \"git add <file>...\" to update)\n"
+               "\tmodified:   tests/test_parse.py\n\tmodified:   src/parse.py\n\nUntracked files:\n"
+               "  (use \"git add <file>...\" to include in what will be committed)\n\ttests/test_edge.py\n")
+REVERTS = ["git clean -fd", "git clean -fdx tests/", "git checkout .", "git checkout -- tests/test_parse.py",
+           "git stash -u", "git reset --hard", "git restore tests/", "git -C . clean -ffdx"]
+REVERTS_OK = ["git checkout -- src/parse.py", "git clean -fd build/", "git restore --staged tests/test_parse.py",
+              "git status", "git diff tests/test_parse.py", "git clean -n", "git add -A && git commit -qm wip"]
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+@pytest.mark.parametrize("status", [STATUS_SHORT, STATUS_LONG], ids=["short", "long"])
+def test_a_revert_or_clean_of_tests_a_status_showed_as_the_tasks_changes_is_test_editing(harness, status):
+    """Issue 43, cause 4: once a git status (short or long) has shown the task's tests as uncommitted or untracked
+    changes, a command that reverts, cleans, stashes or resets them away destroys them - blocked, though it names no
+    test; the same commands before any status, and scoped to the agent's own files, stay allowed."""
+    tools = CTX["tools"][harness]
+    run = lambda c, i="call_1": tool_call(SHELL[harness], {"command": c, **(  # noqa
+        {"description": "d"} if harness == "opencode" else {})}, i)
+    out = json.dumps({"output": status, "exit_code": 0}) if harness == "hermes" else status
+    msgs = conversation(harness, "repair") + [{"role": "assistant", "content": "", "tool_calls": [
+        run("git status" + (" --short" if status is STATUS_SHORT else ""), "g1")]},
+        {"role": "tool", "tool_call_id": "g1", "content": out}]
+    for c in REVERTS:
+        assert G.Guard().check(run(c), tools, msgs).rule == "test-editing", c
+        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule != "test-editing", c
+    for c in REVERTS_OK:
+        assert G.Guard().check(run(c), tools, msgs).allowed, c
