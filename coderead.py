@@ -49,7 +49,8 @@ _PY_SOCKET = re.compile(r"\(\s*['\"]([\w.-]+\.[a-z]{2,}|\d+\.\d+\.\d+\.\d+)['\"]
 # unknown - the hosts rule fails closed on it ("?")
 _PY_NET = re.compile(r"(?:\b(?:requests|httpx|urllib3|aiohttp)\.(?:get|post|put|patch|delete|head|request|stream)|"
                      r"\burlopen|\burllib\.request\.Request|\bHTTPS?Connection|(?<![.\w])fetch|\baxios\.\w+)"
-                     r"\s*\(\s*([A-Za-z_][\w.]*)\s*[,)]|(?:create_connection|\.connect)\s*\(\s*\(\s*([A-Za-z_][\w.]*)\s*,")
+                     r"\s*\(\s*([A-Za-z_][\w.]*)\s*[,)]|"
+                     r"(?:create_connection|\.connect)\s*\(\s*\(\s*([A-Za-z_][\w.]*)\s*,")
 _PY_ASSIGN = re.compile(r"(?:^|;)\s*([A-Za-z_]\w*)\s*=\s*" + _LIT, re.M)
 _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehub\.\w+)\(\s*(?:repo_id\s*=\s*)?"
                       + _LIT + r"([^)]*)")

@@ -6,9 +6,10 @@
     python guard.py scan runs/x/rollouts                # re-check saved ATIF trajectories offline
 
 A Session indexes what the conversation showed (hosts, test files, the task text, files, links and diffs the agent
-made, what it wrote where - judged again when a later call runs it: `Session._runs`) and resolves paths as the rollout sees them: lexically against the work dir and HOME, and through realpath where
-they exist here (the guard runs next to the sandboxes). Left out: reading a call (shellread.py, coderead.py), the rules
-and what they cannot see (guardrules.py).
+made, what it wrote where - judged again when a later call runs it: `Session._runs`) and resolves paths as the
+rollout sees them: lexically against the work dir and HOME, and through realpath where they exist here (the guard
+runs next to the sandboxes). Left out: reading a call (shellread.py, coderead.py), the rules and what they cannot see
+(guardrules.py).
 """
 import fnmatch
 import functools
@@ -238,8 +239,8 @@ class Session:
 
     def _runs(self, f):
         """Facts of the files this call runs that the agent wrote earlier: a script it names (bash x.sh, python
-        x.py, ./x, source x), a module it imports (python -c 'import x', -m x: a command), and what a command runs itself
-        (RUNS: a Makefile's recipes, package.json's scripts, git hooks, conftest.py, setup.py). One level deep."""
+        x.py, ./x, source x), a module it imports (python -c 'import x', -m x: a command), and what a command runs
+        itself (RUNS: a Makefile's recipes, package.json's scripts, git hooks, conftest.py, setup.py). One level."""
         if not self.written or not f.cmds and not f.code:
             return []
         names = set()
