@@ -62,9 +62,18 @@ class Request:
     cancelled: bool = False                 # its client went away: the engine drops it at the next step
     preempted: int = 0                      # times its row gave its K/V back (it goes on from prompt + out_ids)
     admitted: int = 0                       # the engine's admission count when it joined the batch (newest: highest)
+    outbox: collections.deque | None = None  # the engine's: its thread hands a step's events over at once
 
     def emit(self, *event):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        if self.outbox is None:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        else:
+            self.outbox.append((self, event))
+
+
+def _put_all(items):
+    for events, event in items:
+        events.put_nowait(event)
 
 
 def return_freed_memory():
@@ -187,6 +196,7 @@ class Engine:
         self.adapters = {}          # name -> path
         self.removing = set()
         self.wake = threading.Event()
+        self.outbox = collections.deque()     # (request, event) emitted in the engine thread, for _deliver
         self.running = True
         self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         self.thread.start()
@@ -197,7 +207,7 @@ class Engine:
             raise RequestError("the engine has stopped", 503, "ServiceUnavailableError")
         if self.waiting() >= self.max_queue:
             raise RequestError(f"server busy: {self.max_queue} requests waiting", 503, "ServiceUnavailableError")
-        req.loop, req.events = asyncio.get_running_loop(), asyncio.Queue()
+        req.loop, req.events, req.outbox = asyncio.get_running_loop(), asyncio.Queue(), self.outbox
         req.seed = req.seed if req.seed is not None else random.getrandbits(63)
         self.pending.put(req)
         self.wake.set()
@@ -215,6 +225,7 @@ class Engine:
         self.wake.set()
         self.thread.join(timeout=10)
         self._fail_all("the server is shutting down")     # waiting handlers answer now, not at their timeout
+        self._deliver()
 
     def alive(self):
         return self.running and self.thread.is_alive()
@@ -233,15 +244,31 @@ class Engine:
                 while self.held and self.held[0].cancelled:     # its client left while it waited
                     self._abort(self.held.popleft())
                 self._fill()
+                idle = not self.active and self.filling is None
                 if self.active:
                     self._step()
-                elif self.filling is None:
+                self._deliver()
+                if idle:
                     self.wake.wait(timeout=0.5)
                     self.wake.clear()
             except Exception as e:     # a bug or a fault of one batch must not end serving: fail it, go on
                 import traceback
                 traceback.print_exc()
                 self._fail_active(f"engine error: {type(e).__name__}: {e}")
+                self._deliver()
+
+    def _deliver(self):
+        """Hand the events emitted since the last call to their event loops: one wake-up per loop and step, not
+        one per token and row (a self-pipe write each: ~1/8 of the engine thread's time in a CPU pi run)."""
+        by_loop = {}
+        while self.outbox:
+            req, event = self.outbox.popleft()
+            by_loop.setdefault(req.loop, []).append((req.events, event))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:        # that loop is closed: nobody is waiting for these
+                pass
 
     def _new_cache(self):
         return self.model.new_cache(0, 256 if self.kv_positions is None else 16, budget=self.kv_positions)

@@ -216,8 +216,9 @@ class Server:
         while True:
             if request.transport is None or request.transport.is_closing():
                 req.cancelled = True
-            try:
-                ev = await asyncio.wait_for(req.events.get(), 1.0)
+            try:        # a step's events come at once: what is there is taken without a timer each
+                ev = req.events.get_nowait() if not req.events.empty() else \
+                    await asyncio.wait_for(req.events.get(), 1.0)
             except asyncio.TimeoutError:
                 if not self.engine.alive():
                     raise RequestError("the engine has stopped", 503, "ServiceUnavailableError") from None

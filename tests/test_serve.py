@@ -326,13 +326,25 @@ def test_new_weights_under_an_old_name_are_not_answered_from_stored_prompts(env)
     assert not [k for k in env["engine"].prompts if k[0] == "swap"]
 
 
-def test_48_concurrent_streaming_sessions_complete(env):
+def test_48_concurrent_streaming_sessions_complete(env, monkeypatch):
+    """... and the engine hands their tokens to the server's event loop a step at a time, not one wake-up each."""
+    handed = collections.Counter()
+
+    def put_all(items):
+        handed.update(calls=1, events=len(items))
+        put(items)
+    put = E._put_all
+    monkeypatch.setattr(E, "_put_all", put_all)
+
     async def go():
         return await asyncio.gather(*(stream(env["url"], {"messages": [{"role": "user", "content": f"s{i}"}],
                                                           "max_tokens": 16, "seed": i}) for i in range(48)))
     results = run(go())
     assert len(results) == 48
     assert all(r[-1]["usage"]["completion_tokens"] >= 1 for r in results)
+    tokens = sum(r[-1]["usage"]["completion_tokens"] for r in results)
+    assert handed["events"] >= tokens + 48             # every token and every end went through
+    assert handed["calls"] * 4 < handed["events"], handed
 
 
 # ----------------------------------------------------------------------------- bad input
