@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from coderead import read_code, unescape
+from gitread import read_git
 
 MAX_TEXT = 200_000        # characters of one message or argument that are indexed or scanned
 MAX_DEPTH = 6             # nesting of sh -c / $(..) / eval / decoded payloads that is followed
@@ -79,9 +80,9 @@ _HOSTISH = re.compile(r"(?:[\w.+-]+@)?((?:[a-z0-9-]+\.)+[a-z][a-z0-9-]*|\d{1,3}(
 _SCP = re.compile(r"(?:[\w.-]+@)?([\w.-]+\.[a-z]+):(?!//)(.+)")
 _CURL_OPTV = re.compile(r"-[a-zA-Z]+[odHXuAebcFTwmOPUY]")                    # -fsSLo FILE: a value follows
 _B64 = re.compile(r"[A-Za-z0-9+/]{8,}={0,2}")
+_SED_W = re.compile(r"(?:^|[;\n{}/]|\d)\s*w\s+([^\s;}]+)|s(.).*?\2.*?\2[gpiIm\d]*w\s+([^\s;}]+)")   # w FILE
+_AWK_OUT, _AWK_RUN = re.compile(r'>>?\s*"([^"]+)"'), re.compile(r'system\(\s*"([^"]*)"')
 _HEX = re.compile(r"(?:\\x)?(?:[0-9a-fA-F]{2}(?:\\x)?){8,}")
-_REV = re.compile(r"\.\.|[~^]|@\{|^[0-9a-f]{7,40}$|^(?:origin|upstream|refs)/|^(?:main|master|develop|trunk|"
-                  r"FETCH_HEAD|ORIG_HEAD|MERGE_HEAD|stash)$")
 SECRET_VAR = re.compile(r"\$\{?!?((?:[A-Z0-9_]*_)?(?:TOKEN|API_?KEY|SECRET(?:_KEY)?|PASSWORD|PASSWD|CREDENTIALS?|"
                         r"ACCESS_KEY(?:_ID)?|PRIVATE_KEY|AUTH_KEY|KEY))\b")
 
@@ -103,6 +104,7 @@ class Facts:
     applies: list = field(default_factory=list)   # (diff file, cwd) a patch / git apply reads its diff from
     trees: list = field(default_factory=list)     # (dir, cwd) read recursively: grep -r, rg, tar c, cp -r ...
     cmds: list = field(default_factory=list)      # the name of every simple command run
+    reverts: list = field(default_factory=list)   # (paths, cwd) whose changes a git command discards ([]: all)
 
 
 def analyze(name, args):
@@ -311,7 +313,7 @@ class _Shell:
             self.cwd = "~" if not pos else pos[0] if pos[0].startswith(("/", "~", "$")) else \
                 posixpath.normpath(posixpath.join(self.cwd, pos[0]))
         elif name == "git":
-            self.git(args, stdin)
+            read_git(self, args, stdin)
         elif name in ("kaggle", "huggingface-cli", "hf", "gsutil", "gcloud", "aws", "s5cmd", "rclone", "az", "gh"):
             self.storage(name, args)
         elif name == "printenv" and (not pos or any(SECRET_VAR.search("$" + a) for a in pos)):
@@ -379,6 +381,11 @@ class _Shell:
             self.write(pos[1:], "unknown")             # python fix.py tests/test_x.py: what fix.py does with it
         if name in NET_CMDS:
             self.net(name, args)
+        progs = [args[j + 1] for j, a in enumerate(args[:-1]) if a in ("-e", "--expression")] + pos[:bool(script)]
+        for prog in progs if name in ("sed", "awk", "gawk", "mawk") else ():    # sed's w FILE, awk's print > "FILE"
+            self.write([a or c for a, _, c in _SED_W.findall(prog)] if name == "sed" else _AWK_OUT.findall(prog), "new")
+            for cmd in _AWK_RUN.findall(prog) if name != "sed" else ():
+                self.child().run(cmd)
         if name in ("sed", "perl") and any(a.startswith("-i") or a == "--in-place" or
                                            (name == "perl" and re.fullmatch(r"-\w*i\w*", a)) for a in args):
             expr = any(a in ("-e", "--expression", "-f") or a.endswith("e") for a in opts)
@@ -396,6 +403,11 @@ class _Shell:
         elif name == "rev" and not pos and (stdin or prev) is not None:      # a path spelled backwards, turned round
             out = "\n".join(line[::-1] for line in (stdin or prev).split("\n"))
             f.words.append(out)
+        elif name == "base64" and opts & {"-d", "--decode", "-D"} and not pos and (stdin or prev):
+            try:                                        # "$(echo cmV3YXJk... | base64 -d)": the name it prints
+                out = base64.b64decode("".join((stdin or prev).split()) + "==", validate=False).decode()
+            except ValueError:                          # not base64, not text: unknown
+                pass
         self.redirect(redirs, stdin if name == "cat" else None, out)
         return out
 
@@ -460,67 +472,30 @@ class _Shell:
         self.write(diff_files(text), "edit", text)
 
     def find(self, args):
+        """Matches: each -path (as given and under each root) joined with each -name, else each root with each -name;
+        -exec runs its command per match in place of {} (find -path '*x*' -name a -exec cp {} b: a read of x/a)."""
         roots = args[:next((j for j, a in enumerate(args) if a.startswith(("-", "(", "!"))), len(args))] or ["."]
-        pats = [args[j + 1] for j in range(len(args) - 1) if args[j] in ("-name", "-iname", "-path", "-ipath")]
-        self.f.reads.extend((posixpath.join(r, p), self.cwd) for r in roots for p in pats)
+        names, paths = ([args[j + 1] for j in range(len(args) - 1) if args[j] in k]
+                        for k in (("-name", "-iname"), ("-path", "-ipath", "-wholename")))
+        paths = [posixpath.join(r, p) for r in roots for p in paths] + paths
+        hits = [posixpath.join(p, n) for p in paths for n in names] or paths or \
+            [posixpath.join(r, n) for r in roots for n in names] or roots
+        self.f.reads.extend((p, self.cwd) for p in hits)
         for j, a in enumerate(args):
             if a == "-delete" or (a in ("-exec", "-execdir") and args[j + 1:j + 2] in (["rm"], ["mv"])):
-                self.write([posixpath.join(r, p) for r in roots for p in pats or [""]], "del")
+                self.write(hits, "del")
             elif a in ("-exec", "-execdir", "-ok") and j + 1 < len(args):
                 sub = args[j + 1:]
                 sub = sub[:next((k for k, x in enumerate(sub) if x in (";", "+", "\\;")), len(sub))]
-                for r in roots:
-                    self.command([r if x == "{}" else x for x in sub], [], None, None)
+                for h in hits:
+                    self.command([h if x == "{}" else x for x in sub], [], None, None)
 
-    def git(self, args, stdin):
-        f, i = self.f, 0
-        while i < len(args) and args[i].startswith("-"):           # -C dir, -c k=v, --no-pager ...
-            i += 2 if args[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
-        if i >= len(args):
-            return
-        sub, rest = args[i], args[i + 1:]
-        f.hits.add("git " + " ".join(args[i:])[:1000])     # the command itself (a revert of what a status showed)
-        cut = rest.index("--") if "--" in rest else len(rest)
-        opts = [a for a in rest[:cut] if a.startswith("-")]
-        pos = [a for a in rest[:cut] if not a.startswith("-")]
-        revs = [a for a in pos if a != "HEAD" and _REV.search(a)]
-        dig = False                                     # history digging, other revisions, the upstream
-        if sub in ("log", "whatchanged", "shortlog"):
-            dig = bool(revs) or any(o in ("-p", "-u", "--patch", "--all", "--branches", "--remotes", "--reflog",
-                                          "--full-diff", "--walk-reflogs", "-g") or
-                                    o.startswith(("-S", "-G", "-L", "--pickaxe", "--diff-filter")) for o in opts)
-        elif sub in ("show", "ls-tree"):
-            dig = any(a != "HEAD" for a in pos)
-        elif sub in ("diff", "grep", "reset", "restore", "checkout", "difftool", "blame"):
-            dig = bool(revs) or (sub == "restore" and any(o.startswith(("--source", "-s")) and
-                                                          o not in ("-s", "--source=HEAD") for o in opts))
-        elif sub in ("reflog", "fsck", "cat-file", "rev-list", "format-patch", "bundle", "fast-export",
-                     "cherry-pick", "merge", "rebase", "fetch", "pull", "ls-remote", "unpack-objects"):
-            dig = True
-        elif sub == "switch":
-            dig = not set(opts) & {"-c", "-C", "--create", "--orphan"}
-        elif sub in ("remote", "submodule"):
-            dig = rest[:1] == ["update"] if sub == "remote" else "--remote" in rest
-        elif sub == "stash":                            # someone else's stash may hold the fix
-            f.hits.add("git-stash" if rest[:1] and rest[0] in ("list", "show", "apply", "pop", "branch") else
-                       "stash-push" if not rest or rest[0] in ("push", "save", "-u", "-m") else "")
-        elif sub == "rm" and "--cached" not in rest:
-            self.write([a for a in rest if not a.startswith("-")], "del")
-        elif sub == "mv" and len(pos) > 1:
-            self.write(pos[:-1], "del")
-            self.write(pos[-1:], "new")
-        elif sub in ("apply", "am"):
-            self.diff_paths(stdin or "")
-            f.applies.extend((a, self.cwd) for a in pos)
-        elif sub in ("credential", "credential-store") or (sub == "config" and any("credential" in a for a in rest)):
-            f.hits.add("credentials")
-        if dig:
-            f.hits.add("answer-lookup")
-        if sub in ("clone", "fetch", "pull", "ls-remote", "remote", "submodule"):
-            for a in rest:
-                m = None if "://" in a else _SCP.fullmatch(a)
-                f.targets.extend([u.group(0) for u in URL.finditer(a)] or
-                                 ([f"ssh://{m.group(1)}/{m.group(2)}"] if m else []))
+    def remotes(self, args):
+        """The hosts a git command's words name (URLs, user@host:path)."""
+        for a in args:
+            m = None if "://" in a else _SCP.fullmatch(a)
+            self.f.targets.extend([u.group(0) for u in URL.finditer(a)] or
+                                  ([f"ssh://{m.group(1)}/{m.group(2)}"] if m else []))
 
     def net(self, name, args):
         f, j = self.f, 0
