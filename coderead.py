@@ -39,7 +39,8 @@ _PY_WRITE = re.compile(r"open\(\s*" + _LIT + r"\s*,\s*(?:mode\s*=\s*)?['\"]([^'\
                        r"|(?:os\.(remove|unlink|rmdir|removedirs|truncate|chmod|rename|replace)|shutil\.(rmtree|move|"
                        r"copy\w*)|(writeFile|appendFile|unlink|rm|rmdir|rename|copyFile|write_file)(?:Sync)?)\(\s*"
                        + _LIT + r"(?:\s*,\s*" + _LIT + r")?")
-_PY_VARWRITE = re.compile(r"open\(\s*[A-Za-z_][\w.\[\]]*\s*,\s*(?:mode\s*=\s*)?['\"][^'\"]*[wax+]|\.(?:write_text|"
+_PY_VARWRITE = re.compile(r"open\(\s*(?![rRbBuUfF]{0,2}['\"])[^;\n]{1,300}?,\s*(?:mode\s*=\s*)?['\"][rbt]*[wax+]"
+                          r"[rwxab+t]*['\"]\s*[,)]|\.(?:write_text|"
                           r"write_bytes|unlink|rmdir)\(|(?:os\.(?:remove|unlink|truncate|rename|replace)|shutil\.(?:"
                           r"rmtree|move))\(\s*[A-Za-z_]")
 _PY_SHELL = re.compile(r"(?:os\.system|os\.popen|subprocess\.\w+|check_output|check_call|Popen|execSync|spawnSync|"
