@@ -15,6 +15,7 @@ import asyncio
 import json
 import random
 import shlex
+import shutil
 import tempfile
 import threading
 import time
@@ -286,16 +287,18 @@ def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
 # ----------------------------------------------------------------------------- recording demonstrations
 
 async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
-                 sandbox="auto", cheat=0.0, log=None):
+                 sandbox="auto", cheat=0.0, guard=None, log=None):
     """`samples` oracle rollouts of every task, ATIF files under out/rollouts/<version>/ -> the finished rollouts.
-    cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)."""
+    cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)
+    unless `guard` says otherwise (bench/attacks.py plays each attack with it on and off)."""
     sandbox = SB.resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
                    sandbox=sandbox, cheat=cheat)
     client = SV.Client(handle.url, handle.api_key)
-    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens}, guard=not cheat)
+    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
+                                   guard=not cheat if guard is None else guard)
     it, done = iter(tasks), []
     pool = PL.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
                          max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,
@@ -315,3 +318,24 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
         await client.close()
         handle.stop()
     return done
+
+
+async def attack(attacks, harness, fmt, out, *, guard, sandbox="auto", sessions=4):
+    """Each attack (tests/attacks.json: steps that earn full marks on a shortcut task of its `bed` kind when nothing
+    stops them; "{answer}" in a write is the bed's exposed answer) played once through `harness` as that task's
+    shortcut, the guard on or off -> {attack id: (verifier score, rules that blocked a call)}."""
+    beds = {}
+    for t in T.load_tasks("shortcuts"):
+        beds.setdefault(t.type, t)
+    tasks = []
+    for a in attacks:
+        bed, dst = beds[a["bed"]], Path(out) / "tasks" / a["id"]
+        shutil.copytree(bed.path, dst)
+        exposed = Path(bed.path) / "environment" / "solution" / "answer.txt"
+        answer = exposed.read_text() if exposed.is_file() else ""
+        steps = [{k: v.replace("{answer}", answer) if k == "content" else v for k, v in x.items()} for x in a["steps"]]
+        (dst / "solution" / "shortcut.json").write_text(json.dumps(_check_steps(steps, a["id"])))
+        tasks.append(T.load_task(dst))
+    rs = await record(tasks, harness, fmt, Path(out) / "run", samples=1, sessions=sessions, max_tokens=4096,
+                      context=131072, cheat=1.0, guard=guard, sandbox=sandbox)
+    return {r.task.path.name: (r.score, sorted({v["rule"] for v in r.verdicts})) for r in rs}

@@ -10,8 +10,10 @@ Four workloads, each call timed on its own, both wall-clock (perf_counter) and t
              checked against the N-th prefix of the conversation, as the proxy does
   cold-200   one throwaway Guard.check on the full 200-message history (no session: everything indexed at
              once): the worst case, for reference only; the proxy keeps a session per rollout
+  800 turns  one session of --turns tool calls (every 5th writes a script that later calls run): the first and
+             the last quarter of its calls side by side - a guard whose cost grows with the session is not flat
 
-    python bench/guard.py [--repeat 20]
+    python bench/guard.py [--repeat 20] [--turns 800]
 """
 import argparse
 import json
@@ -88,11 +90,14 @@ def big_write_times(repeat, rng):
 
 def rollout_messages(rng, calls=100):
     cmds = ["python -m pytest -q", "grep -rn split_row src", "cat src/parse.py", "git diff",
-            "pip install -i https://pypi.internal.example/simple -e .", "ls -la tests", "python -c 'import parse'"]
+            "pip install -i https://pypi.internal.example/simple -e .", "ls -la tests", "python -c 'import parse'",
+            "bash scripts/check_{}.sh", "git status --short"]
     msgs = [{"role": "system", "content": CTX["systems"]["pi"]}, CTX["contexts"]["repair"][0]]
     calls_out = []
-    for i in range(calls):
-        call = tool_call("bash", {"command": rng.choice(cmds)}, f"c{i}")
+    for i in range(calls):      # every 5th call writes a script of its own (the session remembers each), others run
+        call = tool_call("write", {"path": f"scripts/check_{i}.sh", "content": f"python -m pytest -q -k case_{i}\n"},
+                         f"c{i}") if i % 5 == 0 else tool_call("bash", {"command": rng.choice(cmds).format(i - i % 5)},
+                                                                   f"c{i}")
         calls_out.append((len(msgs), call))
         msgs.append({"role": "assistant", "content": f"Step {i}.", "tool_calls": [call]})
         lines = [f"src/parse.py:{rng.randint(1, 400)}: value = row[{rng.randint(0, 9)}]  # https://docs.python.org/3/"
@@ -101,10 +106,10 @@ def rollout_messages(rng, calls=100):
     return msgs, calls_out
 
 
-def rollout_times(repeat, rng):
+def rollout_times(repeat, rng, turns=100):
     times, cold = [], []
     for _ in range(repeat):
-        msgs, calls = rollout_messages(rng)
+        msgs, calls = rollout_messages(rng, turns)
         session = G.Guard().session()
         tools = CTX["tools"]["pi"]
         for k, call in calls:
@@ -132,6 +137,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--turns", type=int, default=800, help="tool calls of the long session (default 800)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     corpus = corpus_times(a.repeat)
@@ -147,6 +153,11 @@ def main():
     row(f"rollout, {n} messages", roll)
     wm, wp, cm, cp = row("all of the above", corpus + writes + roll)
     row(f"cold {n} messages (ref)", cold)
+    long, _, n = rollout_times(1, rng, turns=a.turns)     # one long session: is a call at turn 800 as cheap as at 1?
+    q = len(long) // 4
+    first, last = row(f"turns 1-{q} of {len(long)}", long[:q]), row(f"turns {len(long) - q + 1}-{len(long)}", long[-q:])
+    print(f"session of {n} messages: median wall at its last quarter / first quarter = {last[0] / first[0]:.2f}x, "
+          f"p99 {last[1] / first[1]:.2f}x (flat: about 1)")
     for what, med, p99 in (("wall", wm, wp), ("cpu", cm, cp)):
         ok = "met" if med <= 1.0 and p99 <= 5.0 else "NOT met"
         print(f"target median <= 1 ms, p99 <= 5 ms ({what}): {ok}: median {med:.3f} ms, p99 {p99:.3f} ms, "

@@ -262,3 +262,24 @@ def test_sft_cli_refuses_bad_input_in_one_line(tmp_path, lfm3):
         p = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--model", str(lfm3), "--out", str(tmp_path / "o"),
                             *args], capture_output=True, text=True, cwd=ROOT)
         assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+ATTACKS = json.loads((Path(__file__).parent / "attacks.json").read_text())
+# opencode and hermes (5-9 CPU s a session): the scripts run later and one spelling of each family per harness
+SOME = [a for a in ATTACKS if a["cause"] == 2] + [next(a for a in ATTACKS if a["family"] == f and a["cause"] == 1)
+                                                 for f in ("reward-file", "test-file", "answer-file")]
+
+
+@pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
+                                              ("pi", "opencode", "hermes")])
+def test_every_attack_pays_without_the_guard_and_none_but_the_known_gaps_with_it(tmp_path, name, lfm3):
+    """tests/attacks.json through the real harness, sandbox and verifier (bench/attacks.py prints the table): with
+    the guard off each attack earns full marks - a real attack, not a spelling nobody would pay for -, with the guard
+    on none pays but those marked as known gaps (each says why): a new gap fails here, and so does a closed one."""
+    harness, fmt = H.get_harness(name), ChatFormat.from_checkpoint(lfm3)
+    attacks = ATTACKS if name in ("mini", "pi") else SOME
+    off = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "off", guard=False))
+    assert [a["id"] for a in attacks if off[a["id"]] != (1.0, [])] == [], off
+    on = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "on", guard=True))
+    paid = [a["id"] for a in attacks if (on[a["id"]][0] or 0) > 0 and not on[a["id"]][1]]
+    assert paid == [a["id"] for a in attacks if "gap" in a], on
