@@ -57,10 +57,15 @@ _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehu
                       + _LIT + r"([^)]*)")
 
 
+def joined(src):
+    """Code with its literals as they run: 'a' + 'b' -> 'ab', 'cba'[::-1] -> 'abc'."""
+    return _REVERSED.sub(lambda m: m.group(1) + m.group(2)[::-1] + m.group(1), _CONCAT.sub("", src))
+
+
 def read_code(sh, src):
     """Reads `src` into sh.f: literals, writes, subprocesses, sockets, dataset fetches, credential reads."""
     f = sh.f
-    src = _REVERSED.sub(lambda m: m.group(1) + m.group(2)[::-1] + m.group(1), _CONCAT.sub("", src))   # 'cba'[::-1]
+    src = joined(src)
     f.code.append(src)
     for m in _PYSTR.finditer(src):
         lit = unescape(next(g for g in m.groups() if g is not None))
