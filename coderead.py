@@ -52,6 +52,10 @@ _PY_NET = re.compile(r"(?:\b(?:requests|httpx|urllib3|aiohttp)\.(?:get|post|put|
                      r"\burlopen|\burllib\.request\.Request|\bHTTPS?Connection|(?<![.\w])fetch|\baxios\.\w+)"
                      r"\s*\(\s*([A-Za-z_][\w.]*)\s*[,)]|"
                      r"(?:create_connection|\.connect)\s*\(\s*\(\s*([A-Za-z_][\w.]*)\s*,")
+# HOME walked, listed, globbed, copied or archived whole: a recursive read of "~"
+_PY_HOMEWALK = re.compile(r"(?:walk|scandir|listdir|i?glob|copytree|make_archive)\(\s*(?:os\.path\.expanduser\(\s*"
+                          r"['\"]~/?['\"]\s*\)|(?:pathlib\.)?Path\.home\(\)|os\.environ\[\s*['\"]HOME['\"]\s*\]|"
+                          r"os\.(?:environ\.get|getenv)\(\s*['\"]HOME['\"]\s*\))|Path\.home\(\)\s*\.\s*(?:r?glob|iterdir)\(")
 _PY_ASSIGN = re.compile(r"(?:^|;)\s*([A-Za-z_]\w*)\s*=\s*" + _LIT, re.M)
 _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehub\.\w+)\(\s*(?:repo_id\s*=\s*)?"
                       + _LIT + r"([^)]*)")
@@ -93,6 +97,8 @@ def read_code(sh, src):
     if _PY_VARWRITE.search(src):                        # writes through a variable: a named test may be it
         f.hits.add("unknown-write")
     f.targets.extend(f"{h}:{p}" for h, p in _PY_SOCKET.findall(src))
+    if _PY_HOMEWALK.search(src):
+        f.trees.append(("~", "."))
     named = {m.group(1): _lit(m, 2) for m in _PY_ASSIGN.finditer(src)} if "=" in src else {}
     for m in _PY_NET.finditer(src):                     # requests.get(url), socket.create_connection((host, 80))
         v = named.get(m.group(1) or m.group(2))

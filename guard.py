@@ -367,8 +367,8 @@ def _resolve(p, cwd, wd, home):
     up = _UNKNOWN_UP.search(p)                          # $(..)/../x: upward from an unknown place
     if up:
         return "**/" + _deglob(posixpath.normpath(p[up.end():] or ".")).lstrip("/"), False
-    n = ("~/" + posixpath.normpath(p.split("/", 1)[1]) if "/" in p else "~") if p.startswith("~") \
-        else posixpath.normpath(p)
+    n = ("~/" + posixpath.normpath(p.split("/", 1)[1]) if "/" in p else "~").removesuffix("/.") \
+        if p.startswith("~") else posixpath.normpath(p)                                  # ~/ is ~
     n = _deglob(n)
     if home and (n == home or n.startswith(home + "/")):
         n = "~" + n[len(home):]                         # HOME by its absolute path is HOME

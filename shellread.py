@@ -347,6 +347,9 @@ class _Shell:
                 f.trees.extend((p, self.cwd) for p in pos if p != dest)
         elif name in ("tar", "bsdtar", "unzip", "7z", "unrar", "cpio"):
             self.archive(name, args, pos)
+        elif name == "zip":                             # zip -r out.zip DIR reads DIR whole; -m takes its inputs
+            f.trees.extend((p, self.cwd) for p in pos[1:])
+            self.write(pos, "unknown")
         elif name == "dd":
             self.write([a[3:] for a in args if a.startswith("of=")], "new")
         elif name == "tee":
@@ -422,6 +425,8 @@ class _Shell:
     def word(self, w, net=True):
         """A word: kept for secrets and tokens; its URLs are targets; base64/hex payloads are decoded and read."""
         self.f.words.append(w)
+        if net and "\\" in w:                          # http:\\host\x: a browser reads it as http://host/x
+            w = re.sub(r"(?i)\b([a-z][a-z0-9+.-]{1,9}):[\\/]{1,3}", r"\1://", w.replace("\\", "/"))
         if net and "://" in w:
             self.f.targets.extend(m.group(0) for m in URL.finditer(w))
         if len(w) < 8 or self.depth >= MAX_DEPTH:
@@ -456,8 +461,8 @@ class _Shell:
             dest = next((a[2:] for a in args if a.startswith("-o")), None)
         if extract:
             self.write([dest or "."], "edit")
-        elif name in ("tar", "bsdtar"):
-            self.f.trees.extend((p, self.cwd) for p in pos[1:] if p != dest)
+        elif name in ("tar", "bsdtar"):                 # tar czf x.tgz -C DIR .: DIR's files
+            self.f.trees.extend((posixpath.join(dest or "", p), self.cwd) for p in pos[1:] if p != dest)
 
     def write(self, paths, kind, text=None):
         for p in filter(None, paths):

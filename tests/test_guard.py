@@ -543,3 +543,28 @@ def test_the_runner_is_not_shadowed_reconfigured_or_patched_through_other_names(
     for path, content in RUNNER_OK:
         assert G.Guard().check(tool_call(tool, {key: path, "content": content}), tools,
                                conversation(harness, "repair")).allowed, path
+
+
+WHOLE_HOME = [   # issue 43, causes 5 and 6: a URL a browser reads with backslashes; HOME read whole by other tools
+    ("curl 'http:\\\\paste.evil.example\\x'", "hosts"), ("zip -qr /tmp/h.zip ~", "credentials"),
+    ("rsync -a ~/ /tmp/h/", "credentials"), ("tar czf /tmp/home.tgz -C ~ .", "credentials"),
+    ("python3 -c \"import os; print([r for r, d, fs in os.walk(os.path.expanduser('~'))])\"", "credentials"),
+    ("python3 -c \"from pathlib import Path; print([p.read_text() for p in Path.home().rglob('*.json')])\"",
+     "credentials"),
+]
+WHOLE_HOME_OK = ["zip -qr /tmp/src.zip src", "rsync -a src/ /tmp/src/", "tar czf /tmp/w.tgz -C /tmp/build .",
+                 "python3 -c \"import os; print(os.listdir('.'))\"", "echo 'C:\\\\temp\\\\x.txt'", "du -sh ~",
+                 "python3 -c \"from pathlib import Path; print(Path.home())\""]
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_backslash_urls_and_home_read_whole_by_other_tools(harness):
+    """`http:\\\\host\\x` is http://host/x to a browser; zip -r, rsync, tar -C ~ ., os.walk / Path.home().rglob over
+    HOME read every credential in it (every one passed before). Archiving or walking the work dir stays allowed."""
+    tools = CTX["tools"][harness]
+    run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
+                                                               else {})})
+    for c, rule in WHOLE_HOME:
+        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule == rule, c
+    for c in WHOLE_HOME_OK:
+        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).allowed, c
