@@ -332,7 +332,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = socket_server = None
+    proc = socket_server = bounds = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
@@ -366,6 +366,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                                  network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
         else:
             env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
+        bounds = E.limits(r.task)      # a fork bomb, a memory hog, a huge file end this rollout alone
+        argv = bounds.argv(argv)
         with open(box / "harness.log", "wb") as log:
             try:
                 proc = await asyncio.create_subprocess_exec(
@@ -410,6 +412,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     finally:
         if proc is not None:
             SB.kill(proc.pid)
+        if bounds is not None:
+            await asyncio.to_thread(bounds.close)
         if socket_server is not None:
             socket_server.close(), [t.cancel() for t in list(socket_server.forwards)]
             Path(proxy.socket_dir, f"{r.id}.sock").unlink(missing_ok=True)

@@ -7,8 +7,9 @@ kernel keyrings and vsock. Run as root, the command runs as `nobody`: root witho
 owner checks of /proc/sys. Its life: own(dirs), Popen(argv, **spawn_kw(argv)), close_fds(argv), watch(pid), and
 wait_dead(kill(pid)). "dir", the fallback of resolve_sandbox("auto"), isolates nothing (DIR_WARNING).
 
-Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU / memory limits, seccomp rules
-beyond keyrings and vsock, one uid per sandbox (all share `nobody`), containers.
+Limits: a cgroup per sandbox (processes, memory) where this process may make one, and a largest file (`Limits`).
+Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU and whole-disk limits,
+seccomp rules beyond keyrings and vsock, one uid per sandbox (all share `nobody`), containers.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ NOBODY = 65534           # uid and gid the sandboxed command runs as when we are
 DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
                "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
                "solutions and tests, other rollouts' files and secrets, write other verifiers' reward files, and "
-               "leave processes behind. Only the guard stands in the way (see docs/isolation.md).")
+               "(where it gets no cgroup: not root) leave processes behind. Only the guard stands in the way (see "
+               "docs/isolation.md).")
 
 
 # seccomp: keyrings have no namespace and every sandbox is the same user, so a key added in one (a grader that read
@@ -182,6 +184,103 @@ def close_fds(argv):
             os.close(fd)
         except OSError:
             pass
+
+
+# ----------------------------------------------------------------------------- limits: a rollout cannot take the machine
+
+# a sandbox's bounds: processes and threads, memory (None: a quarter of the machine's), the largest file it writes
+LIMITS = dict(pids=4096, memory_mb=None, file_mb=4096)
+_CGROUP = {}
+
+
+def _cgroup_base():
+    """{controller file prefix: this process's own cgroup dir} where sandboxes get cgroups of their own: cgroup v1's
+    pids and memory hierarchies, or v2's one where it hands both down; {} where this process may not (not root)."""
+    if "base" in _CGROUP:
+        return _CGROUP["base"]
+    base = {}
+    try:
+        mounts = {}
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            pre, _, post = line.partition(" - ")
+            kind, _, opts = (post.split() + ["", "", ""])[:3]
+            for c in ("pids", "memory") if kind == "cgroup" else ("v2",) if kind == "cgroup2" else ():
+                if c == "v2" or c in opts.split(","):
+                    mounts.setdefault(c, pre.split()[4])
+        own = {c or "v2": p for _, cs, p in (x.split(":", 2) for x in Path("/proc/self/cgroup").read_text().split())
+               for c in cs.split(",")}
+        for c in ("pids", "memory"):
+            if c in mounts and c in own and os.access(mounts[c] + own[c], os.W_OK):
+                base[c] = Path(mounts[c] + own[c]) / "harness-rl"
+        if not base and "v2" in mounts and "v2" in own:     # v2: hand pids and memory down to a child of ours
+            top = Path(mounts["v2"] + own["v2"])
+            (top / "cgroup.subtree_control").write_text("+pids +memory")
+            base = {"pids": top / "harness-rl", "memory": top / "harness-rl"}
+            base["memory"].mkdir(exist_ok=True)
+            (base["memory"] / "cgroup.subtree_control").write_text("+pids +memory")
+        for d in set(base.values()):
+            d.mkdir(exist_ok=True)
+            for old in d.iterdir():                         # a run killed -9 leaves its empty cgroups behind
+                old.is_dir() and not (old / "cgroup.procs").read_text().strip() and _rmdir(old)
+    except OSError:
+        base = {}
+    _CGROUP["base"] = base
+    return base
+
+
+def _rmdir(d):
+    try:
+        d.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+class Limits:
+    """One sandbox's bounds: a cgroup of its own (pids.max: a fork bomb stops there; memory: an OOM kills inside it,
+    never the trainer or a sibling) where this process may make one, and RLIMIT_FSIZE (the largest file a process
+    may write) everywhere. Its first process enters them itself (`argv`: a shell writes its pid into the cgroup and
+    execs the command); close() kills what is left in the cgroup and removes it. Not bounded here: CPU time (the
+    pool's --fit shares the cores), the disk as a whole (a work dir is a host dir; --sandbox docker is the way)."""
+    _seq = iter(range(1 << 62))
+
+    def __init__(self, pids=None, memory_mb=None, file_mb=None):
+        pids, file_mb = pids or LIMITS["pids"], file_mb or LIMITS["file_mb"]
+        memory_mb = memory_mb or LIMITS["memory_mb"] or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 22
+        self.file_blocks, self.memory_mb, self.dirs = int(file_mb) * 2048, int(memory_mb), []
+        name = f"{os.getpid()}-{next(self._seq)}"
+        _CGROUP["left"] = [d for d in _CGROUP.get("left", []) if not _rmdir(d) and d.exists()]
+        v2 = _cgroup_base().get("pids") == _cgroup_base().get("memory")
+        files = {"pids": {"pids.max": pids}, "memory": {"memory.max" if v2 else "memory.limit_in_bytes":
+                                                        self.memory_mb << 20}}
+        for c, root in _cgroup_base().items():
+            d = root / name
+            try:
+                d.mkdir(exist_ok=True)
+                for f, v in files[c].items():
+                    (d / f).write_text(str(v))
+                self.dirs.append(d)
+            except OSError:
+                _rmdir(d)
+        self.dirs = list(dict.fromkeys(self.dirs))
+
+    def argv(self, argv):
+        enter = "".join(f"echo $$ > '{d}/cgroup.procs' && " for d in self.dirs)
+        return ["/bin/sh", "-c", f'{enter}ulimit -f {self.file_blocks} && exec "$@"', "sh", *argv]
+
+    def close(self):
+        for d in self.dirs:
+            for _ in range(100):
+                try:
+                    for pid in (d / "cgroup.procs").read_text().split():
+                        os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+                if _rmdir(d) or not d.exists():
+                    break
+                time.sleep(0.02)
+            else:                           # a zombie not reaped yet: removed by a later sandbox's Limits
+                _CGROUP.setdefault("left", []).append(d)
 
 
 def own(*dirs):

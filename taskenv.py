@@ -46,6 +46,7 @@ class Container:
     workdir: str | None = None           # where the work dir is mounted
     copies: list = field(default_factory=list)     # (source under environment/, destination relative to workdir)
     env: dict = field(default_factory=dict)        # ENV + [environment] env
+    memory_mb: int | None = None                   # [environment] memory_mb: its sandbox's memory (sandbox.Limits)
 
 
 @dataclass
@@ -103,6 +104,11 @@ def container(task_dir, cfg) -> Container:
     df = ctx / "Dockerfile"
     box = Container()
     box.env = resolve_env(env_cfg.get("env") or {}, f"{task_dir / 'task.toml'}: [environment] env")
+    mem = env_cfg.get("memory_mb")
+    if mem is not None and (type(mem) is not int or mem < 16):
+        raise TaskError(f"{task_dir / 'task.toml'}: [environment] memory_mb must be a whole number of MB >= 16, "
+                        f"got {mem!r}")
+    box.memory_mb = mem
     if not df.is_file():
         if env_cfg.get("workdir"):
             raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir without environment/Dockerfile: "
@@ -324,10 +330,16 @@ def pristine_python(home):
     return {"PYTHONPYCACHEPREFIX": f"{home}/.pycache", "PYTHONNOUSERSITE": "1"}
 
 
-def _run(argv, cwd, env, timeout, log_path):
-    """Run in a new process group; kill the whole group (and, under bwrap, the sandbox) on timeout and any
-    leftovers after exit, and wait until they are gone."""
+def limits(task) -> SB.Limits:
+    """A sandbox's bounds for `task`: its [environment] memory_mb where it gives one, else the run's (SB.LIMITS)."""
+    return SB.Limits(memory_mb=task.container.memory_mb)
+
+
+def _run(argv, cwd, env, timeout, log_path, bounds=None):
+    """Run in a new process group (inside `bounds`, a sandbox.Limits, closed here); kill the whole group (and,
+    under bwrap, the sandbox) on timeout and any leftovers after exit, and wait until they are gone."""
     t0 = time.monotonic()
+    argv = bounds.argv(argv) if bounds else argv
     with open(log_path, "wb") as log:
         try:
             p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -342,6 +354,7 @@ def _run(argv, cwd, env, timeout, log_path):
         finally:
             SB.wait_dead(SB.kill(p.pid))
             p.wait()
+            bounds and bounds.close()
     try:          # the sandboxed script could have swapped its log for a link or a FIFO
         out = SB.read_untrusted(log_path, 4000, tail=True).decode(errors="replace")
     except (OSError, ValueError) as e:
@@ -440,7 +453,7 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
                                  setenv=theirs) + argv
         else:
             env = theirs | env
-        rc, timed_out, out, secs = _run(argv, work, env, t, logs / "test-stdout.txt")
+        rc, timed_out, out, secs = _run(argv, work, env, t, logs / "test-stdout.txt", limits(task))
         if timed_out:
             return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
         score, rewards, reason = read_reward(logs)

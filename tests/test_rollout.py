@@ -556,7 +556,8 @@ def test_dir_sandbox_is_not_isolation_and_the_probe_shows_it(tmp_path, monkeypat
     assert ORACLE in seen and any(v.secret in seen for v in victims)
     assert any(v.aux_requests for v in victims)                   # a turn injected with a sibling's secret
     assert 1.0 in [v.score for v in victims]                      # a reward forged for a rollout that did nothing
-    assert alive is True                                          # a detached daemon outlives a dir rollout
+    # a detached daemon outlives a dir rollout - unless the rollout's cgroup (root here) is emptied at its end
+    assert alive is (not SB._cgroup_base())
     for p in ("/v1/models", "/v1/unload_lora_adapter"):
         assert f"server {p} 401" in seen                           # the key holds in both modes
 
@@ -920,3 +921,62 @@ def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_p
     t0 = time.monotonic()
     limit, bound, peak, groups = asyncio.run(go(64))
     assert limit == 16 and not bound and peak > 4
+
+
+# ----------------------------------------------------------------------------- a rollout that misbehaves fails alone
+
+BOMB = ("python3 -c \"import os, time\nn = 0\nfor i in range(400):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\n"
+        "open('forks.txt', 'w').write(str(n))\"")
+HOG = "python3 -c \"x = bytearray(768 << 20); open('hog.txt', 'w').write('survived')\""
+FILLER = "dd if=/dev/zero of=big.bin bs=1M count=64 2>/dev/null; echo 42 > answer.txt"
+
+
+def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_rollouts_alone(tmp_path, monkeypatch):
+    """Three misbehaving agents beside one that solves its task, at once, in the default sandbox: the fork bomb
+    stops at its cgroup's process bound, the memory hog (its task asks for 64 MB: [environment] memory_mb) is killed
+    inside its own cgroup, the filler's file stops at the largest-file bound - and the honest rollout, this process
+    (the trainer's place) and every verifier carry on; nothing is left running, no cgroup is left behind."""
+    monkeypatch.setitem(SB.LIMITS, "pids", 64)
+    monkeypatch.setitem(SB.LIMITS, "file_mb", 8)
+    tasks = {k: make_task(tmp_path / "tasks", k) for k in ("honest", "bomb", "hog", "filler")}
+    with open(tasks["hog"].path / "task.toml", "a") as f:
+        f.write("[environment]\nmemory_mb = 64\n")
+    tasks["hog"] = T.load_task(tasks["hog"].path)
+    assert tasks["hog"].container.memory_mb == 64
+    commands = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
+
+    async def go():
+        ups = {k: Upstream(command=c) for k, c in commands.items()}
+        proxies, rs = {}, {}
+        try:
+            for k, up in ups.items():
+                proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
+                                     sampling={"max_tokens": 256})
+                await proxies[k].start()
+            rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
+            await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], tmp_path / "boxes",
+                                                 timeout=60, keep=True, **NUMBERS) for k in rs))
+        finally:
+            for k in proxies:
+                await proxies[k].stop()
+                await proxies[k].client.close()
+            for up in ups.values():
+                if getattr(up, "runner", None):
+                    await up.runner.cleanup()
+        return rs
+
+    ours = lambda: {d for b in set(SB._cgroup_base().values()) for d in b.iterdir()  # noqa: E731
+                    if d.name.startswith(f"{os.getpid()}-")}
+    before, t0 = ours(), time.time()
+    rs = asyncio.run(go())
+    work = {k: tmp_path / "boxes" / r.id / "work" for k, r in rs.items()}
+    assert rs["honest"].score == 1.0, rs["honest"].reason
+    assert not (work["hog"] / "hog.txt").exists() and rs["hog"].score in (0.0, None)
+    assert (work["filler"] / "big.bin").stat().st_size <= 8 << 20 and rs["filler"].score in (0.0, 1.0, None)
+    if SB._cgroup_base():                               # root here: the cgroups bound processes and memory
+        forks = int((work["bomb"] / "forks.txt").read_text())
+        assert 0 < forks < 64, forks
+        assert ours() <= before, ours() - before       # each rollout's cgroups removed at its end
+    assert all(gone(r.pid) for r in rs.values()), [r.pid for r in rs.values()]
+    assert time.time() - t0 < 300
