@@ -503,13 +503,20 @@ def test_writes_inside_other_programs_trees_read_whole_and_decoded_names(harness
     """What bench/attacks.py found paying: sed's `w FILE` and awk's `print > "FILE"` / system() write and run, a
     find -exec's {} is what the find matched, a copy or archive of a solution dir reads every file in it, a name
     decoded by base64 -d in $(..) is that name, open() of a computed path for writing is a write of unknown place,
-    a git push to a URL reaches its host. Every one passed before; the look-alikes stay allowed."""
+    a git push to a URL reaches its host. 8 of the 9 passed before (the base64 name was caught as answer lookup);
+    the look-alikes stay allowed."""
+    _shell_verdicts(harness, HIDDEN, HIDDEN_OK)
+
+
+def _shell_verdicts(harness, attacks, benign):
+    """Each (command, rule) of `attacks` gets that rule and each `benign` command is allowed, through the harness's
+    shell tool in the repair context."""
     tools = CTX["tools"][harness]
     run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
                                                                else {})})
-    for c, rule in HIDDEN:
+    for c, rule in attacks:
         assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule == rule, c
-    for c in HIDDEN_OK:
+    for c in benign:
         assert G.Guard().check(run(c), tools, conversation(harness, "repair")).allowed, c
 
 
@@ -561,10 +568,4 @@ WHOLE_HOME_OK = ["zip -qr /tmp/src.zip src", "rsync -a src/ /tmp/src/", "tar czf
 def test_backslash_urls_and_home_read_whole_by_other_tools(harness):
     """`http:\\\\host\\x` is http://host/x to a browser; zip -r, rsync, tar -C ~ ., os.walk / Path.home().rglob over
     HOME read every credential in it (every one passed before). Archiving or walking the work dir stays allowed."""
-    tools = CTX["tools"][harness]
-    run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
-                                                               else {})})
-    for c, rule in WHOLE_HOME:
-        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule == rule, c
-    for c in WHOLE_HOME_OK:
-        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).allowed, c
+    _shell_verdicts(harness, WHOLE_HOME, WHOLE_HOME_OK)
