@@ -14,6 +14,7 @@ seccomp rules beyond keyrings and vsock, one uid per sandbox (all share `nobody`
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -221,7 +222,8 @@ def _cgroup_base():
         for d in set(base.values()):
             d.mkdir(exist_ok=True)
             for old in d.iterdir():                         # a run killed -9 leaves its empty cgroups behind
-                old.is_dir() and not (old / "cgroup.procs").read_text().strip() and _rmdir(old)
+                if old.is_dir() and not Path(f"/proc/{old.name.split('-')[0]}").exists():
+                    _rmdir(old)                             # (another live run's are its own: not touched)
     except OSError:
         base = {}
     _CGROUP["base"] = base
@@ -265,7 +267,7 @@ class Limits:
         self.dirs = list(dict.fromkeys(self.dirs))
 
     def argv(self, argv):
-        enter = "".join(f"echo $$ > '{d}/cgroup.procs' && " for d in self.dirs)
+        enter = "".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))} && " for d in self.dirs)
         return ["/bin/sh", "-c", f'{enter}ulimit -f {self.file_blocks} && exec "$@"', "sh", *argv]
 
     def close(self):
