@@ -55,7 +55,13 @@ _PY_NET = re.compile(r"(?:\b(?:requests|httpx|urllib3|aiohttp)\.(?:get|post|put|
 # HOME walked, listed, globbed, copied or archived whole: a recursive read of "~"
 _PY_HOMEWALK = re.compile(r"(?:walk|scandir|listdir|i?glob|copytree|make_archive)\(\s*(?:os\.path\.expanduser\(\s*"
                           r"['\"]~/?['\"]\s*\)|(?:pathlib\.)?Path\.home\(\)|os\.environ\[\s*['\"]HOME['\"]\s*\]|"
-                          r"os\.(?:environ\.get|getenv)\(\s*['\"]HOME['\"]\s*\))|Path\.home\(\)\s*\.\s*(?:r?glob|iterdir)\(")
+                          r"os\.(?:environ\.get|getenv)\(\s*['\"]HOME['\"]\s*\))|"
+                          r"Path\.home\(\)\s*\.\s*(?:r?glob|iterdir)\(")
+# a network call (or a DNS lookup: a leak by name) whose argument is neither a literal nor a name: its target is
+# built as it runs - unknown ("?")
+_PY_NET_EXPR = re.compile(r"(?:\b(?:requests|httpx|urllib3)\.(?:get|post|put|request)|\burlopen|\bgetaddrinfo|"
+                          r"\bgethostbyname(?:_ex)?|\bcreate_connection|(?<![.\w])fetch)\s*\(\s*(?!" + _LIT +
+                          r"\s*[,)])(?![A-Za-z_][\w.]*\s*[,)])(?!\(\s*[A-Za-z_][\w.]*\s*,)(?!\(\s*['\"])")
 _PY_ASSIGN = re.compile(r"(?:^|;)\s*([A-Za-z_]\w*)\s*=\s*" + _LIT, re.M)
 _PY_DATA = re.compile(r"(load_dataset|hf_hub_download|snapshot_download|kagglehub\.\w+)\(\s*(?:repo_id\s*=\s*)?"
                       + _LIT + r"([^)]*)")
@@ -103,6 +109,8 @@ def read_code(sh, src):
     for m in _PY_NET.finditer(src):                     # requests.get(url), socket.create_connection((host, 80))
         v = named.get(m.group(1) or m.group(2))
         f.targets.append(v if v and not v.startswith(("{", "%")) else "?")
+    if _PY_NET_EXPR.search(src):                        # urlopen('http://' + '.'.join(..)): built as it runs
+        f.targets.append("?")
     for m in _PY_SHELL.finditer(src):
         sh.child().run(" ".join(unescape(s or d) for s, d in re.findall(_LIT, m.group(1))))
     for m in _PY_DATA.finditer(src):

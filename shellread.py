@@ -123,6 +123,8 @@ def analyze(name, args):
         elif k in PATH_KEYS or k in CWD_KEYS:
             paths.append(v)
             (f.writes.append((v, cwd, kind)) if writer and k not in CWD_KEYS else f.reads.append((v, cwd)))
+            if re.search("grep|search", lname) and not writer and args.get("target") != "files":
+                f.trees.append((v, cwd))                # a content search reads its path whole (not a name search)
         elif k in URL_KEYS or URL.match(v):
             f.targets.append(v)
             f.words.append(v)
@@ -345,11 +347,14 @@ class _Shell:
             f.links.extend((p, dest, self.cwd, "link" if name == "ln" else "copy") for p in pos if dest and p != dest)
             if name != "ln" and opts & {"-r", "-R", "-a", "--recursive", "--archive"} or name in ("rsync", "scp"):
                 f.trees.extend((p, self.cwd) for p in pos if p != dest)
+            if "--remove-source-files" in opts:         # rsync: a move
+                self.write([p for p in pos if p != dest], "del")
         elif name in ("tar", "bsdtar", "unzip", "7z", "unrar", "cpio"):
             self.archive(name, args, pos)
         elif name == "zip":                             # zip -r out.zip DIR reads DIR whole; -m takes its inputs
             f.trees.extend((p, self.cwd) for p in pos[1:])
-            self.write(pos, "unknown")
+            self.write(pos[1:], "del" if any("m" in o.lstrip("-") for o in opts if not o.startswith("--")) or
+                       "--move" in opts else "unknown")
         elif name == "dd":
             self.write([a[3:] for a in args if a.startswith("of=")], "new")
         elif name == "tee":
@@ -429,6 +434,8 @@ class _Shell:
             w = re.sub(r"(?i)\b([a-z][a-z0-9+.-]{1,9}):[\\/]{1,3}", r"\1://", w.replace("\\", "/"))
         if net and "://" in w:
             self.f.targets.extend(m.group(0) for m in URL.finditer(w))
+        if "/dev/tcp/" in w or "/dev/udp/" in w:        # bash's own sockets: exec 3<>/dev/tcp/HOST/PORT
+            self.f.targets.extend(f"{h}:{p}" for h, p in re.findall(r"/dev/(?:tcp|udp)/([^/\s]+)/(\w+)", w))
         if len(w) < 8 or self.depth >= MAX_DEPTH:
             return
         raw = None
@@ -463,6 +470,8 @@ class _Shell:
             self.write([dest or "."], "edit")
         elif name in ("tar", "bsdtar"):                 # tar czf x.tgz -C DIR .: DIR's files
             self.f.trees.extend((posixpath.join(dest or "", p), self.cwd) for p in pos[1:] if p != dest)
+            if "--remove-files" in args:
+                self.write([posixpath.join(dest or "", p) for p in pos[1:] if p != dest], "del")
 
     def write(self, paths, kind, text=None):
         for p in filter(None, paths):
