@@ -353,6 +353,7 @@ class _Shell:
             self.archive(name, args, pos)
         elif name == "zip":                             # zip -r out.zip DIR reads DIR whole; -m takes its inputs
             f.trees.extend((p, self.cwd) for p in pos[1:])
+            self.write(pos[:1], "new")
             self.write(pos[1:], "del" if any("m" in o.lstrip("-") for o in opts if not o.startswith("--")) or
                        "--move" in opts else "unknown")
         elif name == "dd":
