@@ -412,8 +412,6 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     finally:
         if proc is not None:
             SB.kill(proc.pid)
-        if bounds is not None:
-            await asyncio.to_thread(bounds.close)
         if socket_server is not None:
             socket_server.close(), [t.cancel() for t in list(socket_server.forwards)]
             Path(proxy.socket_dir, f"{r.id}.sock").unlink(missing_ok=True)
@@ -421,6 +419,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         r.finished = time.time()
         if not keep:
             shutil.rmtree(box, ignore_errors=True)
+        if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above
+            await asyncio.to_thread(bounds.close)
     return r
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -35,6 +36,14 @@ class RunInUse(ResumeError):
     """Another live process holds the run dir (its lock): nothing of it may be touched."""
 
 
+def _dying(pid):
+    """Whether the process that wrote the lock is gone or a zombie (its leader thread ended, others may not yet)."""
+    try:
+        return " Z " in Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1][:3] + " "
+    except (OSError, ValueError):
+        return True
+
+
 def lock(run_dir):
     """Hold run_dir until this process exits, kill -9 included (an flock on run_dir/.lock). Raises ResumeError if
     another process holds it: two writers would interleave metrics lines and checkpoints."""
@@ -42,12 +51,19 @@ def lock(run_dir):
         f = open(Path(run_dir) / ".lock", "a+")
     except OSError as e:         # a read-only run dir
         raise ResumeError(f"{run_dir}: cannot write its lock file ({e.strerror}): a run dir must be writable") from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        raise RunInUse(f"{run_dir} is in use by another train.py (pid {f.read().strip() or '?'}): stop it first, "
-                          "or use another --run") from None
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            f.seek(0)
+            pid = f.read().strip()
+            if _dying(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)     # killed -9 a moment ago: its threads still hold the lock while they end
+                continue
+            raise RunInUse(f"{run_dir} is in use by another train.py (pid {pid or '?'}): stop it first, or use "
+                           "another --run") from None
     f.truncate(0)
     f.write(str(os.getpid()))
     f.flush()
