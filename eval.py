@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import checkpoint as C
+import containers as CT
 import harnesses as H
 import hub
 import inference as I
@@ -37,7 +38,6 @@ import oracle as O
 import pool as PL
 import rollout as R
 import sandbox as SB
-import taskenv as E
 import servers as SV
 import tasks as T
 import tiny
@@ -270,7 +270,7 @@ async def evaluate(args):
     harnesses = {h: H.get_harness(h) for h in kinds}
     for h in harnesses.values():
         await asyncio.to_thread(h.install)
-    sandbox, warning = E.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
+    sandbox, warning = CT.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
                                                                for p in h.sandbox_paths()])   # before a server starts
     if warning:
         print(warning, file=sys.stderr, flush=True)

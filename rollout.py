@@ -29,6 +29,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+import containers as CT
 import sandbox as SB
 from servers import MAX_BODY, ChatStream
 import taskenv as E
@@ -39,7 +40,6 @@ RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harnes
 # the model name every harness is configured with; whatever it sends, the proxy asks the server for the adapter
 POLICY = "policy"
 MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
-AGENT_HOME, AGENT_TMP = "/home/agent", "/tmp/agent"      # HOME and TMPDIR as a sandboxed agent sees them
 WALL = 10                # a rollout's wall clock may reach 10x its agent timeout, waiting on the model included
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
@@ -332,27 +332,47 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = socket_server = bounds = None
+    proc = socket_server = bounds = container = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
-    # where the agent sees its work dir, HOME and TMPDIR: in a sandbox the same paths in every rollout (harnesses put
-    # them in their system prompts and tool descriptions: one shared prefix for the server's prompt cache and for
-    # training)
-    seen = E.workdir(r.task, work) if sandbox == "bwrap" else str(work)
-    seen_home, seen_tmp = (AGENT_HOME, AGENT_TMP) if sandbox == "bwrap" else (str(home), str(tmp))
+    boxed = sandbox in ("bwrap", "docker")
+    try:        # docker: the task's image (built once per run) says where the work dir is
+        image = await asyncio.to_thread(CT.task_image, r.task, CT.daemon(), True) if sandbox == "docker" else None
+        # where the agent sees its work dir, HOME and TMPDIR: in a sandbox the same paths in every rollout (harnesses
+        # put them in their system prompts and tool descriptions: one shared prefix for the server's prompt cache and
+        # for training)
+        seen = CT.workdir(r.task, image, CT.daemon()) if image else E.workdir(r.task, work) if boxed else str(work)
+    except Exception as e:
+        seen, image = str(work), e
+    seen_home, seen_tmp = (SB.AGENT_HOME, SB.AGENT_TMP) if boxed else (str(home), str(tmp))
     proxy.register(r, seen, seen_home, seen_tmp, private=[root])
     try:
+        if isinstance(image, Exception):
+            raise image
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(E.materialize, r.task, work)
+        if sandbox != "docker" or not r.task.container.dockerfile:     # else the image holds it
+            await asyncio.to_thread(E.materialize, r.task, work)
+        else:
+            work.mkdir()
         harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
                         context=context)
         launch = harness.launch(r.task.instruction, seen_home, seen, seen_tmp, r.id, POLICY)
         argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
-        E.refuse_dir(r.task, sandbox)
+        if sandbox == "docker":          # its own container; the proxy through its socket, whatever its network
+            socket_server, path = await proxy.open_socket(r)
+            container = await asyncio.to_thread(
+                CT.Box.open, CT.daemon(), r.task, image, box, r.id, SB.tool_paths([*harness.sandbox_paths(), RELAY]),
+                offline=E.offline_task(r.task), mounts=[(path, RELAY_SOCKET, True)])
+            await asyncio.to_thread(container.copy_in, work)
+            argv = container.argv([sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--",
+                                   *argv], E.task_env(r.task) | env, stdin=launch.stdin is not None)
+            env = None
+        else:
+            E.refuse_dir(r.task, sandbox)
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
@@ -364,10 +384,11 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                 argv = [sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
             argv = SB.bwrap_args([], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
                                  network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
-        else:
+        elif container is None:
             env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
-        bounds = E.limits(r.task)      # a fork bomb, a memory hog, a huge file end this rollout alone
-        argv = bounds.argv(argv)
+        if container is None:          # (docker bounds its own) a fork bomb, a memory hog, a huge file end it alone
+            bounds = E.limits(r.task)
+            argv = bounds.argv(argv)
         with open(box / "harness.log", "wb") as log:
             try:
                 proc = await asyncio.create_subprocess_exec(
@@ -383,6 +404,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                 proc.stdin.close()
             r.exit_code = await _agent_clock(r, proc, timeout or r.task.agent_timeout, wall)
         await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
+        if container is not None:
+            await asyncio.to_thread(container.clear)
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         # A timeout is the agent's spent budget, graded as the work dir was left with no reply (Harbor grades its
         # AgentTimeoutError too): a policy that loops earns its 0. Before any model reply it is the server's: ungraded.
@@ -395,9 +418,12 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             r.failure = r.failure or ("timeout" if r.timed_out else "harness")
         if r.errors:
             r.score, r.reason = None, r.errors[0]
+        elif container is not None:
+            res = await asyncio.to_thread(CT.verify, r.task, container, "" if r.timed_out else r.final_message)
         else:
             res = await asyncio.to_thread(E.verify, r.task, work, agent_output="" if r.timed_out else r.final_message,
                                           sandbox=sandbox, hide=[root])
+        if not r.errors:
             r.score, r.reason = res.score, (f"{spent} (graded as left): " if r.timed_out else "") + res.reason
             if res.score is None:
                 r.failure = "verifier"
@@ -417,6 +443,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             Path(proxy.socket_dir, f"{r.id}.sock").unlink(missing_ok=True)
         proxy.unregister(r)
         r.finished = time.time()
+        if container is not None:
+            await asyncio.to_thread(container.close)
         if not keep:
             shutil.rmtree(box, ignore_errors=True)
         if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above

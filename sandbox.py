@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
-SANDBOXES = ("auto", "bwrap", "dir")
+SANDBOXES = ("auto", "bwrap", "dir", "docker")
+AGENT_HOME, AGENT_TMP = "/home/agent", "/tmp/agent"      # HOME and TMPDIR as a sandboxed agent sees them
 NOBODY = 65534           # uid and gid the sandboxed command runs as when we are root
 DIR_WARNING = ("sandbox: bubblewrap cannot run here ({why}); rollouts run with --sandbox dir: their own work dir, "
                "HOME and TMPDIR, but the same user and no mount or PID isolation - an agent can read task "
@@ -297,10 +298,24 @@ def own(*dirs):
 
 
 _REAPER_CODE = """
-import os, signal, sys
-groups = set()
+import json, os, signal, subprocess, sys
+groups, dockers = set(), []
 for line in sys.stdin:
-    (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+    if line[0] == "d":
+        dockers.append(json.loads(line[1:]))
+    else:
+        (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for cli, pid, daemon in dockers:      # our containers; then the daemon we started, unless another run uses it
+    try:
+        ps = subprocess.run(cli + ["ps", "-aq", "--filter", f"label=harness-rl.pid={pid}"], capture_output=True,
+                            text=True, timeout=60)
+        ids = ps.stdout.split()
+        ids and subprocess.run(cli + ["rm", "-f", "-v", *ids], capture_output=True, timeout=300)
+        left = subprocess.run(cli + ["ps", "-aq"], capture_output=True, text=True, timeout=60)
+        if daemon and left.returncode == 0 and not left.stdout.split():
+            groups.add(daemon)
+    except (OSError, subprocess.SubprocessError):
+        pass
 for g in groups:
     try:
         os.killpg(g, signal.SIGKILL)
@@ -310,16 +325,22 @@ for g in groups:
 _reaper = {"proc": None, "lock": threading.Lock()}
 
 
-def watch(pid):
+def watch(pid=None, docker=None):
     """Kill the process group `pid` leads if this process dies first, even by SIGKILL: a watcher process kills the
     groups still listed (`kill` unlists one) when its pipe closes. --die-with-parent alone misses bwrap killed right
-    after it cloned the namespace's init, which then waits forever."""
+    after it cloned the namespace's init, which then waits forever. docker: a daemon's CLI argv; first the
+    containers labelled with our pid are removed (containers.py), then the daemon's group `pid` (ours: we started
+    it) is killed if no container is left on it."""
     with _reaper["lock"]:
         if _reaper["proc"] is None or _reaper["proc"].poll() is not None:
             _reaper["proc"] = subprocess.Popen([sys.executable, "-I", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                                start_new_session=True)
-        _tell_reaper(f"+{pid}")
+        if docker:
+            import json
+            _tell_reaper("d" + json.dumps([list(docker), os.getpid(), pid]))
+        elif pid:
+            _tell_reaper(f"+{pid}")
 
 
 def _tell_reaper(line):
@@ -435,13 +456,26 @@ def bwrap_works():
     return _CHECK["ok"]
 
 
+def docker_missing() -> str | None:
+    """Why this machine cannot run --sandbox docker (one line), or None."""
+    if not shutil.which("dockerd"):
+        return "dockerd is not installed: apt-get install docker.io (Debian's 20.10 is what CI uses)"
+    if os.geteuid() != 0:
+        return "dockerd needs root here (this project starts a daemon of its own: containers.py)"
+    return None
+
+
 def resolve_sandbox(mode):
-    """--sandbox auto|bwrap|dir -> (mode to use, warning or ""). auto: bwrap where it works, else dir with a
-    warning; bwrap where it does not work: an error."""
+    """--sandbox auto|bwrap|dir|docker -> (mode to use, warning or ""). auto: bwrap where it works, else dir with
+    a warning; bwrap or docker where it cannot run: an error."""
     if mode not in SANDBOXES:
         raise ValueError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
     if mode == "dir":
         return "dir", ""
+    if mode == "docker":
+        if why := docker_missing():
+            raise RuntimeError(f"--sandbox docker: {why}")
+        return "docker", ""
     ok, why = bwrap_works()
     if ok:
         return "bwrap", ""

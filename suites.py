@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest")
-APART = ("shortcuts", "honest")     # the guard ablation's shortcuts and held-out tasks: by name only, never in "all"
+SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest", "docker")
+# by name only, never in "all": the guard ablation's shortcuts and held-out tasks; tasks only --sandbox docker runs
+APART = ("shortcuts", "honest", "docker")
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 

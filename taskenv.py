@@ -47,6 +47,7 @@ class Container:
     copies: list = field(default_factory=list)     # (source under environment/, destination relative to workdir)
     env: dict = field(default_factory=dict)        # ENV + [environment] env
     memory_mb: int | None = None                   # [environment] memory_mb: its sandbox's memory (sandbox.Limits)
+    engine_only: str = ""                          # why only --sandbox docker runs it (a RUN line, ...), or ""
 
 
 @dataclass
@@ -114,19 +115,33 @@ def container(task_dir, cfg) -> Container:
             raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir without environment/Dockerfile: "
                             "a task with no container keeps its work dir at its own path")
         return box
-    box.dockerfile, wd, copies, env, seen_from = df, None, [], {}, False
+    box.dockerfile = df
     try:
         text = df.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"{df}: unreadable: {e}") from None
+    try:
+        return _honoured(box, df, text, env_cfg, task_dir, ctx)
+    except TaskError as e:      # bubblewrap cannot run it; docker builds the image itself (containers.py)
+        wd = env_cfg.get("workdir")
+        if wd is not None and (not isinstance(wd, str) or _bad_workdir(posixpath.normpath(wd) if wd else "")):
+            raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir {wd!r}: an absolute dir other than "
+                            "/, /tmp and the system's") from None
+        box.workdir, box.engine_only = wd and posixpath.normpath(wd), str(e)
+        return box
+
+
+def _honoured(box, df, text, env_cfg, task_dir, ctx):
+    """The Dockerfile as far as bubblewrap honours it -> box; TaskError naming the first line it cannot."""
+    wd, copies, env, seen_from = None, [], {}, False
     for n, line in _lines(text):
         op, args = (line.split(None, 1) + [""])[:2]
         op, args, where = op.upper(), args.strip(), f"{df} line {n}"
         if op not in HONOURED:
-            raise TaskError(f"{where}: {line[:80]!r} needs a container backend (none runs here); a sandbox honours "
-                            f"only {', '.join(HONOURED)} (COPY of environment/ files into the WORKDIR)")
+            raise TaskError(f"{where}: {line[:80]!r} needs --sandbox docker; bubblewrap honours only "
+                            f"{', '.join(HONOURED)} (COPY of environment/ files into the WORKDIR)")
         if op == "FROM" and seen_from:
-            raise TaskError(f"{where}: {line[:80]!r}: a multi-stage build needs a container backend (none runs here)")
+            raise TaskError(f"{where}: {line[:80]!r}: a multi-stage build needs --sandbox docker")
         seen_from = seen_from or op == "FROM"
         if op == "WORKDIR":
             if "$" in args or not args:
@@ -139,7 +154,7 @@ def container(task_dir, cfg) -> Container:
             flags = [w for w in words if w.startswith("--")]
             bad = [f for f in flags if not f.startswith(("--chown=", "--chmod=", "--link"))]
             if bad or len(words) - len(flags) < 2:
-                raise TaskError(f"{where}: COPY {args[:60]!r}: " + (f"{bad[0].split('=')[0]} needs a container backend"
+                raise TaskError(f"{where}: COPY {args[:60]!r}: " + (f"{bad[0].split('=')[0]} needs --sandbox docker"
                                                                      if bad else "needs a source and a destination"))
             *srcs, dst = [w for w in words if not w.startswith("--")]
             dst_abs = posixpath.normpath(posixpath.join(wd or "/", dst))
@@ -160,8 +175,8 @@ def container(task_dir, cfg) -> Container:
         raise TaskError(f"{df}: WORKDIR {box.workdir[:200]!r}: {why}")
     for p, dest, n in copies:
         if not _inside(dest, box.workdir):
-            raise TaskError(f"{df} line {n}: COPY to {dest} lies outside the WORKDIR {box.workdir}: only the work "
-                            "dir is mounted here (a container backend would put it in the image)")
+            raise TaskError(f"{df} line {n}: COPY to {dest} lies outside the WORKDIR {box.workdir}: bubblewrap "
+                            "mounts only the work dir (--sandbox docker puts it in the image)")
         box.copies.append((p, posixpath.relpath(dest, box.workdir)))
     box.env = env | box.env
     return box
@@ -215,9 +230,14 @@ def clash(task, shown=()) -> str | None:
 
 
 def resolve_sandbox(mode, tasks, shown=()):
-    """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task, and
-    bwrap for a container task whose WORKDIR clashes with what the sandbox shows (`shown`: a harness install)."""
+    """sandbox.resolve_sandbox, refusing `dir` (asked for, or the fallback) when a task is a container task, bwrap
+    for a container task whose WORKDIR clashes with what the sandbox shows (`shown`: a harness install), and both
+    for a task only a container engine builds (a RUN line: --sandbox docker, containers.py)."""
     sandbox, warning = SB.resolve_sandbox(mode)
+    engine = [t for t in tasks if t.container.engine_only]
+    if engine and sandbox != "docker":
+        raise TaskError(f"{len(engine)} task(s) need --sandbox docker (their images are built by a container engine): "
+                        f"{engine[0].container.engine_only}")
     boxed, offline = [t.name for t in tasks if t.container.dockerfile], sum(map(offline_task, tasks))
     if sandbox == "dir" and offline:
         warning = "\n".join(filter(None, [warning, f"sandbox dir: {offline} no-network task(s) get the host's network "
@@ -238,8 +258,11 @@ def refuse_dir(task, sandbox):
     if sandbox == "dir" and task.container.dockerfile:
         raise TaskError(f"{task.container.dockerfile}: a container task runs under --sandbox bwrap only (its WORKDIR "
                         f"{task.container.workdir}, /tests, /logs/verifier and /solution are mounts)")
+    if task.container.engine_only and sandbox != "docker":
+        raise TaskError(f"needs --sandbox docker: {task.container.engine_only}")
     if sandbox not in ("bwrap", "dir"):
-        raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first), got {sandbox!r}")
+        raise ValueError(f"sandbox must be 'bwrap' or 'dir' here (resolve 'auto' first; docker: containers.py), "
+                         f"got {sandbox!r}")
 
 
 def workdir(task, work, boxed=True) -> str:
@@ -335,7 +358,7 @@ def limits(task) -> SB.Limits:
     return SB.Limits(memory_mb=task.container.memory_mb)
 
 
-def _run(argv, cwd, env, timeout, log_path, bounds=None):
+def run_logged(argv, timeout, log_path, cwd=None, env=None, bounds=None):
     """Run in a new process group (inside `bounds`, a sandbox.Limits, closed here); kill the whole group (and,
     under bwrap, the sandbox) on timeout and any leftovers after exit, and wait until they are gone."""
     t0 = time.monotonic()
@@ -382,7 +405,7 @@ def run_oracle(task, work, timeout=None, sandbox="dir"):
                                  setenv=theirs) + argv
         else:
             env = theirs | env
-        rc, timed_out, out, _ = _run(argv, work, env, timeout or task.agent_timeout, Path(tmp) / "solve.log")
+        rc, timed_out, out, _ = run_logged(argv, timeout or task.agent_timeout, Path(tmp) / "solve.log", work, env)
     return (None if timed_out else rc), out
 
 
@@ -453,7 +476,7 @@ def verify(task, work, timeout=None, logs_dir=None, agent_output=None, sandbox="
                                  setenv=theirs) + argv
         else:
             env = theirs | env
-        rc, timed_out, out, secs = _run(argv, work, env, t, logs / "test-stdout.txt", limits(task))
+        rc, timed_out, out, secs = run_logged(argv, t, logs / "test-stdout.txt", work, env, limits(task))
         if timed_out:
             return Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
         score, rewards, reason = read_reward(logs)

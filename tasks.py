@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import containers as CT
 import sandbox as SB
 import taskenv as E
 from guard import RULES
@@ -315,6 +316,10 @@ def _check_task(task_dir, sandbox, stage):
         fail(1, f"{task.path / 'solution' / 'solve.sh'}: missing (the checks need an oracle)")
     if not (task.path / "environment").is_dir():
         fail(1, f"{task.path / 'environment'}: missing (may be empty, must exist)")
+    if sandbox == "docker":
+        return _check_docker(task, stage)
+    if task.container.engine_only:
+        fail(1, f"needs --sandbox docker: {task.container.engine_only}")
     if sandbox == "bwrap" and (why := E.clash(task)):
         fail(1, why)
     if sandbox == "dir" and task.container.dockerfile:
@@ -369,6 +374,28 @@ def _check_task(task_dir, sandbox, stage):
         stage[0] = 6
         for problem in _leaks(task, env_files, after):
             fail(6, problem)
+    return fails
+
+
+def _check_docker(task, stage) -> list[Failure]:
+    """Under docker: its image builds (check 2), the oracle scores 1 (3) in two fresh containers alike (5), and
+    an agent that does nothing 0 (4)."""
+    fails, d = [], CT.daemon()
+    stage[0] = 2
+    CT.task_image(task, d, quiet=True)
+    stage[0] = 3
+    with tempfile.TemporaryDirectory(prefix="harness-rl-check-") as tmp:
+        (rc, first), (_, second) = CT.solve(task, d, tmp), CT.solve(task, d, tmp)
+        if rc != 0:
+            fails.append(Failure(3, CHECKS[3], f"solve.sh {'timed out' if rc is None else f'exited {rc}'}"))
+        if first.score is None or abs(first.score - 1.0) > 1e-9:
+            fails.append(Failure(3, CHECKS[3], f"oracle scored {first.score}: {first.reason} {first.output[-300:]}"))
+        if (first.score, first.rewards) != (second.score, second.rewards):
+            fails.append(Failure(5, CHECKS[5], f"oracle graded {first.score} then {second.score}"))
+        stage[0] = 4
+        noop = CT.solve(task, d, tmp, run=False)[1]
+        if noop.score != 0.0:
+            fails.append(Failure(4, CHECKS[4], f"no-op scored {noop.score}: {noop.reason}"))
     return fails
 
 

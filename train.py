@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 import checkpoint as C
+import containers as CT
 import flags as F
 import grpo as G
 import harnesses as H
@@ -48,7 +49,6 @@ import rundir as RD
 import sandbox as SB
 import servers as SV
 import tasks as T
-import taskenv as E
 import trackers
 import warmstart as W
 from learner import Learner
@@ -450,7 +450,7 @@ async def run(cfg, resume=False, kv=None):
     train_tasks, held_out = training_tasks(cfg, run_dir, resume)
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
-    sandbox, warning = E.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)
+    sandbox, warning = CT.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     # 3. The base (the agentic base of a warm start, built first: one for every harness of the run), the learners on

@@ -67,7 +67,8 @@ def failed_checks(task_dir):
 @pytest.fixture(scope="module")
 def shipped_report():
     t0 = time.time()       # oracles and verifiers in the default sandbox, as a run grades
-    report = T.check_tasks(S.task_dirs(DATA), sandbox=SB.resolve_sandbox("auto")[0])
+    dirs = [d for d in S.task_dirs(DATA) if d.parent.name != "docker"]     # docker's: tests/test_containers.py
+    report = T.check_tasks(dirs, sandbox=SB.resolve_sandbox("auto")[0])
     return report, time.time() - t0
 
 
@@ -103,7 +104,8 @@ def test_data_stays_small():
     assert size < 3_000_000, size
 
 
-@pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "shortcuts", "honest"])
+@pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "shortcuts", "honest",
+                                   "docker"])
 def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
     out = tmp_path / suite
     subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)
@@ -516,7 +518,8 @@ def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
 
 def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
     """A container task's work dir holds what its Dockerfile COPYs into its WORKDIR (Docker's semantics: a dir's
-    contents, a file into a dir); anything a sandbox cannot honour is refused at load naming the line."""
+    contents, a file into a dir); anything bubblewrap cannot honour marks the task as docker's (a RUN line: its image
+    is built), and bubblewrap and dir refuse it at start naming the line."""
     env = {"Dockerfile": "# syntax\nFROM ubuntu:24.04 AS base\nWORKDIR /srv\nWORKDIR\tapp\nENV MODE=fast \\\n  LEVEL=\"2 3\"\n"
                          "COPY src/ ./src/\nCOPY [\"a.txt\", \"b.txt\", \"docs/\"]\nCOPY a.txt renamed.txt\nLABEL x=y\n"
                          "COPY b.txt .\n",
@@ -534,10 +537,17 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
            ("ENV P=$PATH:/x", "without variables"), ("USER 1000", "line 2: 'USER"),
            ("FROM y AS final", "multi-stage"), ("ARG V=1", "line 2: 'ARG"), ("WORKDIR /", "other than /")]
     for i, (line, why) in enumerate(bad):
-        d = make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"})
-        with pytest.raises(T.TaskError, match=re.escape(why)) as e:
-            T.load_task(d)
-        assert "environment/Dockerfile" in str(e.value) and "\n" not in str(e.value)
+        task = T.load_task(make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"}))
+        assert why in task.container.engine_only, task.container.engine_only
+        for mode in ("bwrap", "dir"):
+            with pytest.raises(T.TaskError, match=re.escape(why)) as e:
+                E.resolve_sandbox(mode, [task])
+            assert "need --sandbox docker" in str(e.value) and "environment/Dockerfile" in str(e.value) and \
+                "\n" not in str(e.value)
+        assert T.check_task(task.path, "bwrap")[0].check == 1
+    with pytest.raises(T.TaskError, match=r"\[environment\] workdir '/'"):       # docker's own WORKDIR: still sane
+        T.load_task(make_task(tmp_path, "badwd", env={"Dockerfile": "FROM x\nRUN true\n"},
+                              toml='[environment]\nworkdir = "/"\n'))
     tool = next((p for p in SB.tool_paths() if E._bad_workdir(p) is None), None)       # this Python, in pyenv
     if tool and SB.bwrap_works()[0]:        # a WORKDIR over it would hide it: refused before any rollout
         python = T.load_task(make_task(tmp_path, "py", env={"Dockerfile": f"FROM x\nWORKDIR {tool}/x/..\n"}))

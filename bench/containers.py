@@ -1,0 +1,94 @@
+"""What --sandbox docker costs beside bubblewrap, side by side in one run.
+
+  (a) once: the base image (debootstrap + docker import; shown as made when it is), each data/docker task's image
+      built cold (no cache) and warm (its tag is there: an inspect), the daemon's start.
+  (b) per rollout: the oracle agent through a harness on the toy tasks, one rollout at a time, wall seconds from
+      the sandbox's set-up to its removal (harness, verifier and teardown included), under bubblewrap and docker,
+      medians and the ratio; and a container's own start + removal with nothing run in it.
+
+    python bench/containers.py [--harness mini] [--samples 3] [--only a|b]
+"""
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import containers as CT  # noqa: E402
+import harnesses as H  # noqa: E402
+import oracle as O  # noqa: E402
+import sandbox as SB  # noqa: E402
+import tasks as T  # noqa: E402
+import tiny  # noqa: E402
+from chat import ChatFormat  # noqa: E402
+
+
+def images(d):
+    print("(a) once per machine / per task image, seconds")
+    t0 = time.monotonic()
+    made = d.cli("image", "inspect", CT.BASE).returncode == 0
+    CT.base_image(d, quiet=True)
+    print(f"    base image {CT.BASE:<28}{'(made before)' if made else f'{time.monotonic() - t0:9.1f}'}")
+    for t in T.load_tasks("docker"):
+        tag = CT.task_image(t, d, quiet=True)
+        d.cli("rmi", tag)
+        t0 = time.monotonic()
+        CT.task_image(t, d, quiet=True)
+        cold = time.monotonic() - t0
+        t0 = time.monotonic()
+        CT.task_image(t, d, quiet=True)
+        print(f"    {t.name:<20} cold build{cold:7.2f}   warm (cached tag){time.monotonic() - t0:7.3f}")
+
+
+def rollouts(harness, samples):
+    tasks = T.load_tasks("toy")
+    fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
+    boxes = [b for b in ("bwrap", "docker") if (SB.bwrap_works()[0] if b == "bwrap" else not SB.docker_missing())]
+    secs = {b: [] for b in boxes}
+    for _ in range(samples):             # alternating, so that a drift in the machine's load falls on both
+        for b in boxes:
+            with tempfile.TemporaryDirectory() as tmp:
+                rs = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, tmp, samples=1, sessions=1,
+                                          max_tokens=4096, context=131072, sandbox=b))
+            assert all(r.score == 1.0 for r in rs), [(r.task.name, r.reason) for r in rs]
+            secs[b] += [r.finished - r.started for r in rs]
+    print(f"(b) one {harness} rollout of the oracle at a time, {len(tasks)} toy tasks x {samples}: wall seconds per "
+          "rollout (set-up, harness, verifier, teardown)")
+    med = {b: statistics.median(v) for b, v in secs.items()}
+    for b in boxes:
+        print(f"    {b:<8} median {med[b]:6.2f}   p90 {sorted(secs[b])[int(0.9 * (len(secs[b]) - 1))]:6.2f}   "
+              f"({len(secs[b])} rollouts)")
+    if len(boxes) == 2:
+        print(f"    docker / bwrap: {med['docker'] / med['bwrap']:.2f}x (+{med['docker'] - med['bwrap']:.2f} s)")
+    d = CT.daemon()
+    ts = []
+    for i in range(5):
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            CT.Box.open(d, tasks[0], CT.BASE, tmp, f"bench-{i}", SB.tool_paths()).close()
+        ts.append(time.monotonic() - t0)
+    print(f"    a container's own start + removal (nothing run): median {statistics.median(ts):.2f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--harness", default="mini")
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--only", choices=["a", "b"])
+    args = ap.parse_args()
+    if SB.docker_missing():
+        sys.exit(f"bench/containers.py: {SB.docker_missing()}")
+    t0 = time.monotonic()
+    d = CT.daemon()
+    print(f"daemon {d.sock}: {'started' if d.owned else 'already running'} in {time.monotonic() - t0:.2f} s")
+    if args.only in (None, "a"):
+        images(d)
+    if args.only in (None, "b"):
+        rollouts(args.harness, args.samples)
+
+
+if __name__ == "__main__":
+    main()

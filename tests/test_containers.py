@@ -1,0 +1,222 @@
+"""containers.py, --sandbox docker: the project's own daemon and base image, Harbor tasks whose Dockerfiles RUN things
+built and solved, real harnesses in containers, the isolation probes of bubblewrap plus the host's services out of
+reach of a public-network task, each rollout's limits, and a kill -9 of the trainer that leaves no container."""
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import containers as CT
+import harnesses as H
+import oracle as O
+import rollout as R
+import sandbox as SB
+import servers as SV
+import tasks as T
+import taskenv as E
+import tiny
+from chat import ChatFormat
+from test_rollout import BOMB, FILLER, HOG, NUMBERS, ORACLE, SCAN, SOLVE, Upstream, make_task, one, private_tmp, \
+    private_tmp_dir, _probe_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def docker():
+    """The daemon with the base image made (debootstrap, ~30 s the first time). CI sets HARNESS_RL_REQUIRE_DOCKER:
+    there these tests fail, not skip, without Docker."""
+    why = SB.docker_missing()
+    if not why:
+        try:
+            d = CT.daemon()
+            CT.base_image(d, quiet=True)
+            return d
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            why = str(e)
+    (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_DOCKER") else pytest.skip)(f"docker: {why}")
+
+
+@pytest.fixture(scope="module")
+def lfm3(tmp_path_factory):
+    return tiny.write_tiny_checkpoint(tmp_path_factory.mktemp("lfm3"), "lfm3")
+
+
+def ours(d):
+    return d.cli("ps", "-aq", "--filter", f"label=harness-rl.pid={os.getpid()}").stdout.split()
+
+
+def test_tasks_whose_dockerfiles_run_things_are_built_and_solved_only_under_docker(docker, tmp_path):
+    """data/docker: a library installed into the image's Python, a database made at build time, a tool put on PATH.
+    bubblewrap refuses each at start, naming its RUN line; docker builds each image once (a FROM it lacks mapped to
+    its base, said so), the oracle scores 1 and an agent that does nothing 0."""
+    tasks = T.load_tasks("docker")
+    assert len(tasks) == 3 and all(t.container.engine_only for t in tasks)
+    for t in tasks:
+        for mode in ("bwrap", "dir"):
+            with pytest.raises(T.TaskError, match=r"need --sandbox docker.*line \d+: 'RUN "):
+                E.resolve_sandbox(mode, [t])
+        assert any("FROM python:3.11-slim is not on this daemon" in n for n in CT.dockerfile(t, docker)[1])
+    assert CT.resolve_sandbox("docker", tasks, log=None) == ("docker", "")
+    t0 = time.monotonic()
+    assert len({CT.task_image(t, docker, quiet=True) for t in tasks}) == 3
+    assert time.monotonic() - t0 < 5                          # built already: each once
+    assert T.check_tasks([t.path for t in tasks], sandbox="docker") == {t.path.resolve(): [] for t in tasks}
+    broken = tmp_path / "broken"                       # the checks can fail: an oracle that does nothing
+    shutil.copytree(tasks[0].path, broken)
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    assert [f.check for f in T.check_task(broken, "docker")] == [3]
+    (broken / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nRUN false\n")
+    assert [f.check for f in T.check_task(broken, "docker")] == [2]      # an image that does not build
+    assert ours(docker) == []
+
+
+@pytest.mark.parametrize("name", ["mini", pytest.param("pi", marks=pytest.mark.integration)])
+def test_the_oracle_solves_them_through_a_real_harness_in_containers(docker, tmp_path, name, lfm3):
+    """The oracle agent's steps (solution/oracle.json: the command, run through the harness's own shell tool) in each
+    task's own container: the image's library, database and tool are there, and each scores 1."""
+    tasks = T.load_tasks("docker")
+    rs = asyncio.run(O.record(tasks, H.get_harness(name), ChatFormat.from_checkpoint(lfm3), tmp_path / "out",
+                              samples=1, sessions=3, max_tokens=4096, context=131072, sandbox="docker"))
+    assert sorted((r.task.name, r.score) for r in rs) == sorted((t.name, 1.0) for t in tasks), \
+        [(r.task.name, r.reason, r.errors) for r in rs]
+    assert ours(docker) == []
+
+
+def test_docker_stops_the_hostile_probe_bubblewrap_stops(docker, tmp_path, monkeypatch):
+    """test_rollout's probe (guard off) beside two victims, all in containers: it reads no oracle, no sibling's
+    secret or files, forges no reward, reaches the server only without its key, and leaves nothing running."""
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "docker",
+                                                                   private_tmp(tmp_path, monkeypatch)))
+    assert "probe done" in seen, seen[-2000:]
+    assert ORACLE not in seen                                  # no oracle text reached the model
+    assert all(f"server {p} 200" not in seen for p in ("/v1/models", "/v1/%6coad_lora_adapter"))
+    assert all(v.secret not in seen for v in victims) and all(v.id not in seen for v in victims)
+    assert all(len(v.turns) == 2 and v.aux_requests == 0 for v in victims)
+    assert [v.score for v in victims] == [0.0, 0.0], [v.reason for v in victims]
+    assert adapters == {} and not alive and probe.score == 0.0
+    assert not (private_tmp_dir(tmp_path) / "escaped-verifier").exists()
+    assert ours(docker) == []
+
+
+GATEWAY = """python3 - <<'PY'
+import socket
+gw = [l.split()[2] for l in open("/proc/net/route").read().splitlines()[1:] if l.split()[1] == "00000000"]
+addr = socket.inet_ntoa(bytes.fromhex(gw[0])[::-1]) if gw else None
+s = socket.socket()
+s.settimeout(2)
+print("GATEWAY", addr, s.connect_ex((addr, {port})) if addr else "none")
+PY
+"""
+
+
+@pytest.mark.parametrize("network_mode", ["no-network", "public"])
+def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(docker, tmp_path, network_mode):
+    """Every loopback port scanned from inside: only its own proxy answers (relay.py through its socket), for a
+    public-network task too - its network is the run's own bridge, whose host side has no address: a service on the
+    host's every address (0.0.0.0) is not reached through its gateway either."""
+    service = socket.socket()
+    service.bind(("0.0.0.0", 0))
+    service.listen()
+    task = make_task(tmp_path / "tasks")
+    with open(task.path / "task.toml", "a") as f:
+        f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
+    up = Upstream(command=[SCAN, GATEWAY.format(port=service.getsockname()[1])])
+    try:
+        r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox="docker", guard=False))
+    finally:
+        service.close()
+    out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
+    scan = out.split("SCAN ", 1)[1]
+    scanned, proxy_port = json.loads(scan.split(" own")[0]), int(scan.split(":")[-1].split("/")[0])
+    assert r.score == 1.0 and "own proxy 200" in out and scanned == [proxy_port], out
+    gateway = out.split("GATEWAY ", 1)[1].split()
+    assert gateway[0] == "None" or gateway[1] != "0", out      # no route, or no answer there
+
+
+def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alone(docker, tmp_path, monkeypatch):
+    """test_rollout's three misbehaving agents beside an honest one, in containers: the bomb stops at --pids-limit,
+    the hog (64 MB: its task's [environment] memory_mb) is killed inside its container, the filler's file stops at
+    the largest-file bound; the honest rollout is graded 1, this process carries on, no container is left."""
+    monkeypatch.setitem(CT.DEFAULTS, "pids", 64)
+    monkeypatch.setitem(CT.DEFAULTS, "file_mb", 8)
+    tasks = {}
+    for k in ("honest", "bomb", "hog", "filler"):
+        t = make_task(tmp_path / "tasks", k)
+        (t.path / "tests" / "test.sh").write_text(        # what each left, for this test to read (logs: a host dir)
+            '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
+            '"$LOGS_DIR/big" 2>/dev/null; ls > "$LOGS_DIR/ls"\n'
+            'if [ "$(cat answer.txt 2>/dev/null)" = "42" ]; then echo 1; else echo 0; fi > "$LOGS_DIR/reward.txt"\n')
+        if k == "hog":
+            with open(t.path / "task.toml", "a") as f:
+                f.write("[environment]\nmemory_mb = 64\n")
+        tasks[k] = T.load_task(t.path)
+    commands = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
+
+    async def go():
+        ups = {k: Upstream(command=c) for k, c in commands.items()}
+        proxies, rs = {}, {}
+        try:
+            for k, up in ups.items():
+                proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
+                                     sampling={"max_tokens": 256})
+                await proxies[k].start()
+            rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
+            await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], tmp_path / "boxes",
+                                                 timeout=60, keep=True, sandbox="docker", **NUMBERS) for k in rs))
+        finally:
+            for k in proxies:
+                await proxies[k].stop()
+                await proxies[k].client.close()
+            for up in ups.values():
+                if getattr(up, "runner", None):
+                    await up.runner.cleanup()
+        return rs
+
+    rs = asyncio.run(go())
+    logs = {k: tmp_path / "boxes" / r.id / "logs" for k, r in rs.items()}
+    assert rs["honest"].score == 1.0, rs["honest"].reason
+    assert "hog.txt" not in (logs["hog"] / "ls").read_text() and rs["hog"].score in (0.0, None)
+    assert int((logs["filler"] / "big").read_text()) <= 8 << 20
+    forks = int((logs["bomb"] / "forks").read_text())
+    assert 0 < forks < 64, forks
+    assert ours(docker) == []
+
+
+KILLED = """
+import asyncio, sys
+sys.path[:0] = [{root!r}, {tests!r}]
+import test_rollout as TR
+async def main():
+    await TR.one(__import__("pathlib").Path({tmp!r}), "mini", TR.Upstream(command="echo up; sleep 600"),
+                 sandbox="docker", timeout=900)
+asyncio.run(main())
+"""
+
+
+def test_a_trainer_killed_by_sigkill_leaves_no_container(docker, tmp_path):
+    """A process with a rollout in a container (its agent sleeping) is killed with SIGKILL: its reaper removes the
+    containers labelled with its pid (the daemon stays: it is this process's)."""
+    p = subprocess.Popen([sys.executable, "-c", KILLED.format(root=str(ROOT), tests=str(ROOT / "tests"),
+                                                              tmp=str(tmp_path))], start_new_session=True)
+    label = f"label=harness-rl.pid={p.pid}"
+    deadline = time.monotonic() + 120
+    while not docker.cli("ps", "-q", "--filter", label).stdout.split():
+        assert time.monotonic() < deadline and p.poll() is None, "no container started"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 60
+    while docker.cli("ps", "-aq", "--filter", label).stdout.split():
+        assert time.monotonic() < deadline, docker.cli("ps", "-a").stdout
+        time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode == 1
