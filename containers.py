@@ -39,6 +39,9 @@ SUITE = "bookworm"
 NETWORK = "harness-rl-public"                # internal: containers on it reach each other, nothing else
 DEFAULTS = dict(cpus=1.0, memory_mb=None, pids=4096, file_mb=4096, tmp_mb=512)   # per rollout, where a task is silent
 BUILD_TIMEOUT = 1800
+WIPE = ("import os, shutil\nfor d, keep in (('/tmp', 'agent'), ('/dev/shm', None)):\n    for n in os.listdir(d):\n"
+        "        p = os.path.join(d, n)\n        if n != keep:\n"
+        "            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)\n")
 # a container's first process (pid 1, which kill(-1) spares): it reaps what an agent orphans, and nothing else
 INIT = "import os, time\nwhile True:\n    try:\n        os.waitpid(-1, 0)\n    except ChildProcessError:\n" \
        "        time.sleep(1)\n"
@@ -146,8 +149,9 @@ def _mirror() -> str:
 
 
 def base_image(d: Docker, quiet=False) -> str:
-    """BASE, made once: debootstrap (minbase + python3) from the Debian archive, imported (~1-2 min, ~260 MB)."""
-    if d.cli("image", "inspect", BASE).returncode == 0:
+    """BASE, made once: debootstrap (minbase + python3) from the Debian archive, imported (~30 s, 253 MB)."""
+    if ("image", BASE) in _SEEN or d.cli("image", "inspect", BASE).returncode == 0:
+        _SEEN["image", BASE] = BASE
         return BASE
     if not shutil.which("debootstrap"):
         raise RuntimeError(f"--sandbox docker: no {BASE} image and no debootstrap to make it: apt-get install "
@@ -204,10 +208,14 @@ def task_image(task, d: Docker, quiet=False, timeout=None) -> str:
     a Dockerfile: BASE (its environment/ files are copied in: Box.copy_in)."""
     if task.container.dockerfile is None:
         return base_image(d, quiet)
+    key = ("image", task.path, task.container.dockerfile.stat().st_mtime_ns)
+    if key in _SEEN:
+        return _SEEN[key]
     text, notes = dockerfile(task, d)
     ctx = Path(task.path) / "environment"
     tag = f"harness-rl/task:{_context_hash(ctx, text)}"
     if d.cli("image", "inspect", tag).returncode == 0:
+        _SEEN[key] = tag
         return tag
     if BASE in text:
         base_image(d, quiet)
@@ -219,11 +227,18 @@ def task_image(task, d: Docker, quiet=False, timeout=None) -> str:
     if p.returncode:
         raise TaskError(f"{task.container.dockerfile or ctx}: docker build failed: {p.stderr.strip()[-800:]}")
     quiet or print(f"docker: built {task.name} as {tag} in {time.monotonic() - t0:.1f}s", flush=True)
+    _SEEN[key] = tag
     return tag
 
 
+_SEEN = {}      # per process: a task's Dockerfile -> its image tag, an image -> its config (a docker call: ~50 ms)
+
+
 def _config(image, d: Docker) -> dict:
-    return json.loads(d.cli("image", "inspect", "--format", "{{json .Config}}", image, check=True).stdout) or {}
+    if ("config", image) not in _SEEN:
+        p = d.cli("image", "inspect", "--format", "{{json .Config}}", image, check=True)
+        _SEEN["config", image] = json.loads(p.stdout) or {}
+    return _SEEN["config", image]
 
 
 def workdir(task, image, d: Docker) -> str:
@@ -258,10 +273,13 @@ _DAEMON = {}
 
 
 def daemon() -> Docker:
-    """This process's daemon, started on first use (train.py stops it at the end; the reaper on a kill -9)."""
-    if "d" not in _DAEMON or not _DAEMON["d"].alive():
-        _DAEMON["d"] = Docker().start()
-    return _DAEMON["d"]
+    """This process's daemon, started on first use (stopped when this process ends, kill -9 included, by
+    sandbox.watch's reaper: once no container is left on it), checked again every 10 s."""
+    d = _DAEMON.get("d")
+    if d is None or time.monotonic() - _DAEMON["checked"] > 10 and not d.alive():
+        _DAEMON["d"] = d = Docker().start()
+    _DAEMON["checked"] = time.monotonic()
+    return d
 
 
 def network(d: Docker) -> str:
@@ -347,13 +365,17 @@ class Box:
             self.d.cli("cp", f"{work}/.", f"{self.name}:{self.workdir}", check=True, timeout=300)
 
     def clear(self):
-        """Kill every process in the container but its init (an agent's leftovers, before the verifier runs)."""
+        """Before the verifier: every process but the container's init killed (an agent's leftovers), then what it
+        left in /tmp and /dev/shm removed (its TMPDIR, a host dir, stays for the harness's own check). Raises
+        RuntimeError if a process outlives it (the rollout is then ungraded)."""
         self.d.cli("exec", self.name, self.python, "-I", "-c", "import os; os.kill(-1, 9)", timeout=60)
-        for _ in range(100):
+        for _ in range(200):
             top = self.d.cli("top", self.name, "-o", "pid", timeout=30).stdout.split()
             if len(top) <= 2:                  # the header and INIT
+                self.d.cli("exec", self.name, self.python, "-I", "-c", WIPE, timeout=120, check=True)
                 return
             time.sleep(0.05)
+        raise RuntimeError(f"docker: processes outlived the agent in {self.name}: {' '.join(top[1:])[:200]}")
 
     def close(self):
         self.d.cli("rm", "-f", "-v", self.name, timeout=120)

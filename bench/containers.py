@@ -35,6 +35,7 @@ def images(d):
     for t in T.load_tasks("docker"):
         tag = CT.task_image(t, d, quiet=True)
         d.cli("rmi", tag)
+        CT._SEEN.clear()
         t0 = time.monotonic()
         CT.task_image(t, d, quiet=True)
         cold = time.monotonic() - t0

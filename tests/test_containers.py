@@ -79,7 +79,8 @@ def test_tasks_whose_dockerfiles_run_things_are_built_and_solved_only_under_dock
     assert ours(docker) == []
 
 
-@pytest.mark.parametrize("name", ["mini", pytest.param("pi", marks=pytest.mark.integration)])
+@pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration)
+                                              for h in ("pi", "opencode", "hermes")])
 def test_the_oracle_solves_them_through_a_real_harness_in_containers(docker, tmp_path, name, lfm3):
     """The oracle agent's steps (solution/oracle.json: the command, run through the harness's own shell tool) in each
     task's own container: the image's library, database and tool are there, and each scores 1."""
@@ -88,6 +89,19 @@ def test_the_oracle_solves_them_through_a_real_harness_in_containers(docker, tmp
                               samples=1, sessions=3, max_tokens=4096, context=131072, sandbox="docker"))
     assert sorted((r.task.name, r.score) for r in rs) == sorted((t.name, 1.0) for t in tasks), \
         [(r.task.name, r.reason, r.errors) for r in rs]
+    assert ours(docker) == []
+
+
+def test_every_attack_pays_without_the_guard_and_only_the_known_gaps_with_it_in_containers(docker, tmp_path, lfm3):
+    """tests/attacks.json through mini under docker (test_warmstart's table, bubblewrap's): the container changes
+    nothing the attacks rely on - each pays with the guard off - and the guard still stops all but the known gaps."""
+    attacks = json.loads((ROOT / "tests" / "attacks.json").read_text())
+    harness, fmt = H.get_harness("mini"), ChatFormat.from_checkpoint(lfm3)
+    off = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "off", guard=False, sandbox="docker"))
+    assert [a["id"] for a in attacks if off[a["id"]] != (1.0, [])] == [], off
+    on = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "on", guard=True, sandbox="docker"))
+    paid = [a["id"] for a in attacks if (on[a["id"]][0] or 0) > 0 and not on[a["id"]][1]]
+    assert paid == [a["id"] for a in attacks if "gap" in a], on
     assert ours(docker) == []
 
 
