@@ -2,8 +2,9 @@
 image built from its Dockerfile unchanged (RUN included), one container per rollout with its limits.
 
 `Docker`: a dockerd of this project's own (its images and build cache under the cache dir, shared across runs; its
-socket and exec root under /tmp), started on first use and stopped by its starter; killed with us (kill -9
-included: sandbox.watch's reaper removes the containers, then stops the daemon). `base_image`: Debian bookworm made
+socket and exec root under /tmp), started on first use or shared with the run already using it; when a process
+ends (kill -9 included) sandbox.watch's reaper removes its containers, then stops the daemon if it started it and
+no other run's container is left. `base_image`: Debian bookworm made
 by debootstrap from the archive apt uses, imported as BASE (no registry needed). `task_image`: the task's
 environment/Dockerfile built as it is, except a FROM naming an image this daemon lacks, which is built on BASE (and
 said so); a task without a Dockerfile gets BASE with its environment/ files at /app. `Box`: one rollout's container
@@ -14,7 +15,7 @@ route out), for the others; processes, memory, CPUs and the largest file bounded
 
 Left out: a disk quota on the WORKDIR volume (overlay2 on ext4 has none: the largest file is bounded, not their
 sum), images for other architectures, registries (a FROM this daemon lacks is mapped, never pulled), Compose
-sidecars, Harbor's remote environments (harborenv.py).
+sidecars, the separate verifier container, Harbor's own environment classes (remote sandboxes).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -222,7 +224,7 @@ def task_image(task, d: Docker, quiet=False, timeout=None) -> str:
     for n in notes:
         quiet or print(f"docker: {n}", flush=True)
     t0 = time.monotonic()
-    p = d.cli("build", "-q", "-t", tag, "-f", "-", str(ctx), input=text,
+    p = d.cli("build", "-q", "--force-rm", "-t", tag, "-f", "-", str(ctx), input=text,
               timeout=timeout or (task.config.get("environment") or {}).get("build_timeout_sec") or BUILD_TIMEOUT)
     if p.returncode:
         raise TaskError(f"{task.container.dockerfile or ctx}: docker build failed: {p.stderr.strip()[-800:]}")
@@ -282,9 +284,17 @@ def daemon() -> Docker:
     return d
 
 
+_NET_LOCK = threading.Lock()
+
+
 def network(d: Docker) -> str:
     """The network of tasks that allow one: a bridge of this daemon's, internal, whose host side has no address
     (inhibit_ipv4): its containers reach each other and nothing on this machine or beyond it (no NAT here)."""
+    with _NET_LOCK:
+        return _network(d)
+
+
+def _network(d):
     p = d.cli("network", "inspect", "--format", "{{json .Options}} {{.Internal}}", NETWORK)
     inhibited = '"com.docker.network.bridge.inhibit_ipv4":"true"' in p.stdout
     if p.returncode or p.stdout.split()[-1:] != ["true"] or not inhibited:
@@ -296,15 +306,9 @@ def network(d: Docker) -> str:
 
 def limits(task) -> dict:
     """A rollout's bounds: the task's [environment] cpus / memory_mb where it gives them, else DEFAULTS."""
-    env = task.config.get("environment") or {}
     out = dict(DEFAULTS, memory_mb=task.container.memory_mb or DEFAULTS["memory_mb"] or
                os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 22)
-    cpus = env.get("cpus")
-    if cpus is not None:
-        if type(cpus) not in (int, float) or not 0 < cpus <= 1024:
-            raise TaskError(f"{task.path}/task.toml: [environment] cpus must be a number in (0, 1024], got {cpus!r}")
-        out["cpus"] = float(cpus)
-    out["cpus"] = min(out["cpus"], os.cpu_count() or 1)
+    out["cpus"] = min(task.container.cpus or out["cpus"], os.cpu_count() or 1)
     return out
 
 

@@ -47,6 +47,7 @@ class Container:
     copies: list = field(default_factory=list)     # (source under environment/, destination relative to workdir)
     env: dict = field(default_factory=dict)        # ENV + [environment] env
     memory_mb: int | None = None                   # [environment] memory_mb: its sandbox's memory (sandbox.Limits)
+    cpus: float | None = None                      # [environment] cpus: its container's CPUs (--sandbox docker)
     engine_only: str = ""                          # why only --sandbox docker runs it (a RUN line, ...), or ""
 
 
@@ -110,6 +111,10 @@ def container(task_dir, cfg) -> Container:
         raise TaskError(f"{task_dir / 'task.toml'}: [environment] memory_mb must be a whole number of MB >= 16, "
                         f"got {mem!r}")
     box.memory_mb = mem
+    cpus = env_cfg.get("cpus")
+    if cpus is not None and (type(cpus) not in (int, float) or not 0 < cpus <= 1024):
+        raise TaskError(f"{task_dir / 'task.toml'}: [environment] cpus must be a number in (0, 1024], got {cpus!r}")
+    box.cpus = cpus and float(cpus)
     if not df.is_file():
         if env_cfg.get("workdir"):
             raise TaskError(f"{task_dir / 'task.toml'}: [environment] workdir without environment/Dockerfile: "
