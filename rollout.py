@@ -404,8 +404,6 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
                 proc.stdin.close()
             r.exit_code = await _agent_clock(r, proc, timeout or r.task.agent_timeout, wall)
         await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
-        if container is not None:
-            await asyncio.to_thread(container.clear)
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         # A timeout is the agent's spent budget, graded as the work dir was left with no reply (Harbor grades its
         # AgentTimeoutError too): a policy that loops earns its 0. Before any model reply it is the server's: ungraded.
@@ -446,7 +444,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         if container is not None:
             await asyncio.to_thread(container.close)
         if not keep:
-            shutil.rmtree(box, ignore_errors=True)
+            SB.rmtree(box)
         if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above
             await asyncio.to_thread(bounds.close)
     return r

@@ -225,10 +225,37 @@ def _cgroup_base():
             for old in d.iterdir():                         # a run killed -9 leaves its empty cgroups behind
                 if old.is_dir() and not Path(f"/proc/{old.name.split('-')[0]}").exists():
                     _rmdir(old)                             # (another live run's are its own: not touched)
+        # all sandboxes together (containers too: their cgroup parent is harness-rl/docker): half the pids the
+        # kernel has, three quarters of the memory - however many rollouts misbehave at once, the trainer has room
+        v2 = base.get("pids") == base.get("memory")
+        total = {"pids": {"pids.max": int(Path("/proc/sys/kernel/pid_max").read_text()) // 2},
+                 "memory": {"memory.max" if v2 else "memory.limit_in_bytes":
+                            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4 * 3}}
+        for c, d in base.items():
+            for f, v in total[c].items():
+                (d / f).write_text(str(v))
     except OSError:
         base = {}
     _CGROUP["base"] = base
     return base
+
+
+CGROUP_PARENT = "harness-rl/docker"     # containers' cgroup parent: relative, so under the daemon's own cgroup
+
+
+def cgroup_parent_ok() -> bool:
+    """Whether containers may take CGROUP_PARENT: this process has the harness-rl cgroups (whose totals bound every
+    sandbox together); a daemon started by a process of this cgroup puts them under it."""
+    return bool(_cgroup_base())
+
+
+def rmtree(path):
+    """shutil.rmtree, ignoring errors, also through a tree deeper than Python's recursion (an agent's 3 000 nested
+    dirs): then `rm -rf`."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True)
 
 
 def _rmdir(d):
@@ -305,16 +332,25 @@ for line in sys.stdin:
         dockers.append(json.loads(line[1:]))
     else:
         (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
-for cli, pid, daemon in dockers:      # our containers; then the daemon we started, unless another run uses it
+for cli, pid, pidfile in dockers:     # our containers and networks; then the daemon, unless a run still uses it
+    users = os.path.join(os.path.dirname(pidfile), "users")
     try:
-        ps = subprocess.run(cli + ["ps", "-aq", "--filter", f"label=harness-rl.pid={pid}"], capture_output=True,
-                            text=True, timeout=60)
-        ids = ps.stdout.split()
-        ids and subprocess.run(cli + ["rm", "-f", "-v", *ids], capture_output=True, timeout=300)
+        os.unlink(os.path.join(users, str(pid)))
+    except OSError:
+        pass
+    try:
+        if any(os.path.exists(f"/proc/{u}") for u in os.listdir(users)):
+            pidfile = None
+        for kind in ([], ["network"]):
+            ps = subprocess.run(cli + kind + ["ls" if kind else "ps", "-q" if kind else "-aq", "--filter",
+                                              f"label=harness-rl.pid={pid}"], capture_output=True, text=True, timeout=60)
+            ids = ps.stdout.split()
+            ids and subprocess.run(cli + kind + ["rm", *([] if kind else ["-f", "-v"]), *ids], capture_output=True,
+                                   timeout=300)
         left = subprocess.run(cli + ["ps", "-aq"], capture_output=True, text=True, timeout=60)
-        if daemon and left.returncode == 0 and not left.stdout.split():
-            groups.add(daemon)
-    except (OSError, subprocess.SubprocessError):
+        if pidfile and left.returncode == 0 and not left.stdout.split():
+            os.killpg(int(open(pidfile).read()), signal.SIGTERM)
+    except (OSError, ValueError, subprocess.SubprocessError):
         pass
 for g in groups:
     try:
@@ -328,9 +364,10 @@ _reaper = {"proc": None, "lock": threading.Lock()}
 def watch(pid=None, docker=None):
     """Kill the process group `pid` leads if this process dies first, even by SIGKILL: a watcher process kills the
     groups still listed (`kill` unlists one) when its pipe closes. --die-with-parent alone misses bwrap killed right
-    after it cloned the namespace's init, which then waits forever. docker: a daemon's CLI argv; first the
-    containers labelled with our pid are removed (containers.py), then the daemon's group `pid` (ours: we started
-    it) is killed if no container is left on it."""
+    after it cloned the namespace's init, which then waits forever. docker: (a daemon's CLI argv, its pid file): the
+    containers and networks labelled with our pid are removed (containers.py), then the daemon is stopped if no
+    other live process uses it (a file named by its pid in `users/` beside the pid file) and no container is left
+    on it: whichever run started it, the last one out stops it."""
     with _reaper["lock"]:
         if _reaper["proc"] is None or _reaper["proc"].poll() is not None:
             _reaper["proc"] = subprocess.Popen([sys.executable, "-I", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
@@ -338,8 +375,8 @@ def watch(pid=None, docker=None):
                                                start_new_session=True)
         if docker:
             import json
-            _tell_reaper("d" + json.dumps([list(docker), os.getpid(), pid]))
-        elif pid:
+            _tell_reaper("d" + json.dumps([list(docker[0]), os.getpid(), str(docker[1])]))
+        if pid:
             _tell_reaper(f"+{pid}")
 
 

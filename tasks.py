@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import containers as CT
+import harborenv as HE
 import sandbox as SB
 import taskenv as E
 from guard import RULES
@@ -316,8 +317,8 @@ def _check_task(task_dir, sandbox, stage):
         fail(1, f"{task.path / 'solution' / 'solve.sh'}: missing (the checks need an oracle)")
     if not (task.path / "environment").is_dir():
         fail(1, f"{task.path / 'environment'}: missing (may be empty, must exist)")
-    if sandbox == "docker":
-        return _check_docker(task, stage)
+    if sandbox == "docker" or sandbox.startswith("harbor:"):
+        return _check_docker(task, stage, sandbox.partition(":")[2])
     if task.container.engine_only:
         fail(1, f"needs --sandbox docker: {task.container.engine_only}")
     if sandbox == "bwrap" and (why := E.clash(task)):
@@ -377,13 +378,18 @@ def _check_task(task_dir, sandbox, stage):
     return fails
 
 
-def _check_docker(task, stage) -> list[Failure]:
+def _check_docker(task, stage, harbor="") -> list[Failure]:
     """Under docker: its image builds (check 2), the oracle scores 1 (3) in two fresh containers alike (5), and
-    an agent that does nothing 0 (4)."""
-    fails, d = [], CT.daemon()
+    an agent that does nothing 0 (4). harbor: the type of Harbor's environment to run both in instead."""
+    fails, d = [], CT.daemon() if harbor in ("", "docker") else None
     stage[0] = 2
-    CT.task_image(task, d, quiet=True)
+    image = d and CT.task_image(task, d, quiet=True)
     stage[0] = 3
+    if harbor:
+        import asyncio
+        oracle, noop, _ = asyncio.run(HE.check(task, harbor, docker=d, image=image))
+        return [Failure(3, CHECKS[3], f"oracle scored {oracle} in harbor:{harbor}")] * (oracle != 1.0) + \
+            [Failure(4, CHECKS[4], f"no-op scored {noop} in harbor:{harbor}")] * (noop != 0.0)
     with tempfile.TemporaryDirectory(prefix="harness-rl-check-") as tmp:
         (rc, first), (_, second) = CT.solve(task, d, tmp), CT.solve(task, d, tmp)
         if rc != 0:
@@ -425,8 +431,9 @@ def main(argv=None):
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
     c.add_argument("dir", help="a task folder or a folder of them (e.g. data/)")
     c.add_argument("-j", "--workers", type=int, default=None, help="tasks checked at once (default: 2 x the CPU count)")
-    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES,
-                   help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py)")
+    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + tuple(f"harbor:{t}" for t in HE.TYPES),
+                   help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py; "
+                        "harbor:TYPE: in Harbor's own environment of that type, harborenv.py)")
     s = sub.add_parser("split", help="print the holdout manifest a run records (recipe.py's HOLDOUT table)")
     s.add_argument("dir", help="a folder of tasks, a suite, or several comma-separated (e.g. repo2rl,smoldata)")
     s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: recipe.py's)")
@@ -437,7 +444,8 @@ def main(argv=None):
         return print(json.dumps(split_manifest(load_tasks(args.dir), RC.HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
-    sandbox, warning = SB.resolve_sandbox(args.sandbox)     # a container task under dir: its check 1 says why
+    sandbox, warning = (args.sandbox, "") if args.sandbox.startswith("harbor:") else \
+        SB.resolve_sandbox(args.sandbox)                    # a container task under dir: its check 1 says why
     if warning:
         print(warning.replace("rollouts run", "oracles and verifiers run"), file=sys.stderr)
     report = check_tasks(dirs, args.workers, sandbox)

@@ -234,3 +234,91 @@ def test_a_trainer_killed_by_sigkill_leaves_no_container(docker, tmp_path):
         assert time.monotonic() < deadline, docker.cli("ps", "-a").stdout
         time.sleep(0.2)
     assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode == 1
+
+
+# ----------------------------------------------------------------------------- a red team's findings, each closed
+
+def _rollout(tmp_path, command, test_sh=None, files=None, toml=""):
+    """One mini rollout under docker (guard off: the sandbox alone) of a write-42 task, its test.sh replaced."""
+    task = make_task(tmp_path / "tasks")
+    if test_sh:
+        (task.path / "tests" / "test.sh").write_text(test_sh)
+    for rel, text in (files or {}).items():
+        (task.path / "tests" / rel).write_text(text)
+    if toml:
+        with open(task.path / "task.toml", "a") as f:
+            f.write(toml)
+    up = Upstream(command=command)
+    r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox="docker", guard=False))
+    out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
+    return r, out
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the attack's registers are x86_64's")
+def test_an_agent_that_takes_over_the_containers_first_process_forges_nothing(docker, tmp_path):
+    """The agent ptraces pid 1 (the one process killing the agent's would spare) and makes it wait for the verifier
+    to forge reward.json: the container is restarted before the verifier, so the forger is gone with the rest."""
+    payload = (Path(__file__).parent / "ptrace_init.py").read_text()
+    r, out = _rollout(tmp_path, f"python3 - <<'PYEOF'\n{payload}PYEOF\n")
+    assert "pid1 now: b'/" in out and "-c" in out.split("pid1 now:")[1][:200], (r.reason, out[-1500:])   # it took pid 1
+    assert r.score == 0.0, r.reason
+
+
+def test_what_an_agent_leaves_for_its_verifier_is_gone_or_overwritten(docker, tmp_path):
+    """A link from the work dir into /tests (dangling while the agent works, the answer once the tests are copied in)
+    is removed before the verifier; a read-only copy of the verifier's own checker in a read-only dir is overwritten
+    by the verifier's `cp` (root's power over files, as Docker gives it); whatever it left in /tmp or /dev/shm is
+    gone."""
+    check = ('#!/bin/bash\ncp /tests/check.py "$WORKDIR/check.py"\ncmp -s "$WORKDIR/answer.txt" /tests/expected.txt '
+             '&& python3 "$WORKDIR/check.py" > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n'
+             'ls -A /tmp /dev/shm > "$LOGS_DIR/left"\n')
+    files = {"expected.txt": "42\n", "check.py": "print(0)\n"}      # a checker that fails whatever is there
+    r, _ = _rollout(tmp_path, "ln -s /tests/expected.txt answer.txt; echo 'print(1)' > check.py; chmod 444 check.py; "
+                              "touch /tmp/planted /dev/shm/planted; chmod 555 .", test_sh=check, files=files)
+    assert r.score == 0.0, r.reason
+    r, _ = _rollout(tmp_path / "honest", "echo 42 > answer.txt; echo 'print(0)' > check.py; chmod 444 check.py",
+                    test_sh=check.replace("print(0)", "print(1)"), files={**files, "check.py": "print(1)\n"})
+    assert r.score == 1.0, r.reason                                  # the control: the same verifier can pass
+
+
+def test_a_deep_tree_and_a_log_flood_end_their_own_rollout_only(docker, tmp_path, monkeypatch):
+    """3 000 nested dirs in HOME (deeper than Python's recursion) are removed with the rollout; output flooding the
+    harness's log stops at its bound - the rollout ends, and run_rollout returns (a raise would lose its group)."""
+    deep = "python3 -c \"\nimport os\nos.chdir('/home/agent')\nfor i in range(3000):\n    os.mkdir('d'); os.chdir('d')\""
+    r, _ = _rollout(tmp_path, f"{deep}; echo 42 > answer.txt")
+    assert r.score == 1.0 and not (tmp_path / "sandboxes" / r.id).exists(), r.reason
+    monkeypatch.setitem(CT.DEFAULTS, "log_mb", 4)
+    flood = ("python3 -c \"\nimport os\npid = [p for p in os.listdir('/proc') if p.isdigit() and b'relay.py' in "
+             "open('/proc/%s/cmdline' % p, 'rb').read()][0]\nline = b'y' * 65535 + b'\\\\n'\n"
+             "with open('/proc/%s/fd/1' % pid, 'wb') as f:\n    for i in range(160):\n        f.write(line)\"")
+    task = make_task(tmp_path / "flood")
+    r = asyncio.run(one(tmp_path / "flood", "mini", Upstream(command=flood), task=task, sandbox="docker", guard=False,
+                        keep=True))
+    log = tmp_path / "flood" / "sandboxes" / r.id / "harness.log"
+    assert log.stat().st_size <= 4 << 20 and r.score is None, (log.stat().st_size, r.reason)
+
+
+def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one_bound(docker, tmp_path):
+    """A public task's container is alone on a network made for it (no sibling, of this run or another, is on it),
+    removed with it; every container's cgroup lies under harness-rl, whose totals (half the kernel's pids, three
+    quarters of the memory) bound all sandboxes together."""
+    task = make_task(tmp_path / "tasks")
+    with open(task.path / "task.toml", "a") as f:
+        f.write('[environment]\nnetwork_mode = "public"\n')
+    task = T.load_task(task.path)
+    boxes = [CT.Box.open(docker, task, CT.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", SB.tool_paths(),
+                         offline=False) for i in range(2)]
+    try:
+        nets = [json.loads(docker.cli("inspect", "-f", "{{json .NetworkSettings.Networks}}", b.name).stdout)
+                for b in boxes]
+        assert [list(n) for n in nets] == [[b.network] for b in boxes] and boxes[0].network != boxes[1].network
+        if SB.cgroup_parent_ok():
+            cg = docker.cli("exec", boxes[0].name, "cat", "/proc/1/cgroup").stdout
+            own = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().split()}
+            assert f":pids:{own['pids'].rstrip('/')}/{SB.CGROUP_PARENT}/" in cg, cg
+            assert int((SB._cgroup_base()["pids"] / "pids.max").read_text()) == \
+                int(Path("/proc/sys/kernel/pid_max").read_text()) // 2
+    finally:
+        for b in boxes:
+            b.close()
+    assert not any(docker.cli("network", "inspect", b.network).returncode == 0 for b in boxes)

@@ -106,7 +106,8 @@ class Upstream:
         return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=R.WALL):
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=R.WALL,
+              keep=False):
     url = await upstream.start()
     client = SV.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
@@ -116,7 +117,7 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="aut
     r = R.Rollout(task, harness_name, start_version=3)
     try:
         await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, wall=wall,
-                            **NUMBERS)
+                            keep=keep, **NUMBERS)
     finally:
         await proxy.stop()
         await client.close()
