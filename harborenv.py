@@ -40,12 +40,15 @@ async def _serve(cfg):
         env_cfg = env_cfg.model_copy(update={"docker_image": cfg["image"]})
     paths = TrialPaths(Path(cfg["trial"]))
     paths.mkdir()
-    policy, extra = env_cfg.resolve_baseline(), []
+    # its main container sleeps through SIGTERM: stopped at once (Compose would wait 10 s for it)
+    fast = Path(cfg["trial"]) / "harness-rl-stop.json"
+    fast.write_text(json.dumps({"services": {"main": {"stop_grace_period": "0s"}}}))
+    policy, extra = env_cfg.resolve_baseline(), [fast]
     if cfg["type"] == "docker" and policy.network_mode == NetworkMode.NO_NETWORK:
         # Harbor's docker type enforces no-network with an egress sidecar built FROM an image on Docker Hub (no
         # registry here): its own no-network overlay instead (the main container's network_mode: none)
         import harbor.environments.docker as docker_env
-        policy, extra = NetworkPolicy(), [Path(docker_env.__file__).parent / "docker-compose-no-network.yaml"]
+        policy, extra = NetworkPolicy(), [*extra, Path(docker_env.__file__).parent / "docker-compose-no-network.yaml"]
     env = EnvironmentFactory.create_environment(
         EnvironmentType(cfg["type"]), task.paths.environment_dir, task.paths.task_dir.name, cfg["session"], paths,
         env_cfg, network_policy=policy, mounts=cfg.get("mounts") or None, extra_docker_compose=extra)

@@ -5,11 +5,12 @@
 without tools are answered, not trained on). `run_rollout`: a fresh sandbox, the harness, then the verifier; a crash,
 a server error or a timeout before any model reply leaves the rollout ungraded (score None), a later timeout is
 graded as the work dir was left (Harbor's rule); the agent timeout counts the agent's own time, not the time its
-requests wait at the model server. A no-network task's agent gets its own network namespace (relay.py). The pool
-of concurrent rollouts: pool.py.
+requests wait at the model server. A no-network task's agent gets its own network namespace (relay.py); under
+--sandbox docker every agent is in its task's own container (containers.py), its proxy through the same relay. The
+pool of concurrent rollouts: pool.py.
 
-Left out: a firewall for public / allowlist tasks (the guard's hosts rule; the server needs the key only the proxy
-holds), CPU/memory limits, containers.
+Left out: a firewall for public / allowlist tasks under bubblewrap (the guard's hosts rule; the server needs the key
+only the proxy holds), CPU limits under bubblewrap (sandbox.Limits bounds processes and memory).
 """
 from __future__ import annotations
 

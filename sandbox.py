@@ -7,9 +7,11 @@ kernel keyrings and vsock. Run as root, the command runs as `nobody`: root witho
 owner checks of /proc/sys. Its life: own(dirs), Popen(argv, **spawn_kw(argv)), close_fds(argv), watch(pid), and
 wait_dead(kill(pid)). "dir", the fallback of resolve_sandbox("auto"), isolates nothing (DIR_WARNING).
 
-Limits: a cgroup per sandbox (processes, memory) where this process may make one, and a largest file (`Limits`).
+Limits: a cgroup per sandbox (processes, memory) where this process may make one, under one whose totals bound all
+sandboxes together (containers' too: CGROUP_PARENT), and a largest file (`Limits`). `rmtree`: a sandbox's dirs
+removed, however deep.
 Left out: a firewall where the host's network is shared (the guard's hosts rule), CPU and whole-disk limits,
-seccomp rules beyond keyrings and vsock, one uid per sandbox (all share `nobody`), containers.
+seccomp rules beyond keyrings and vsock, one uid per sandbox (all share `nobody`), containers (containers.py).
 """
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 paths of Harbor's container (WORKDIR, /tests, /logs/verifier, /solution) shown by the sandbox where Harbor puts them.
 
 The host's system stands in for the image, so a Dockerfile is honoured only as far as that is true: FROM, WORKDIR,
-COPY of environment/ files into the WORKDIR, ENV, LABEL; anything else is refused at load, naming its line. Only
-bubblewrap mounts those paths (`--sandbox dir` refuses a container task); a task without a Dockerfile keeps its work
-dir at its own path. The reward is read as Harbor reads it (reward.json wins over reward.txt); no score in [0, 1],
-a timeout or a crash -> score None, "ungraded": the verifier failed, not the agent.
+COPY of environment/ files into the WORKDIR, ENV, LABEL; anything else makes the task docker's (`engine_only`, the
+line named; bubblewrap and dir refuse it at start, containers.py builds its image). Only bubblewrap mounts those
+paths (`--sandbox dir` refuses a container task); a task without a Dockerfile keeps its work dir at its own path.
+The reward is read as Harbor reads it (reward.json wins over reward.txt); no score in [0, 1], a timeout or a crash
+-> score None, "ungraded": the verifier failed, not the agent.
 
-Left out: building images (RUN, services, other users, the image's own tools, docker-compose sidecars, the
-`separate` verifier mode), [environment] cpu/memory limits, network namespaces (the guard's hosts rule).
+Left out: building images, services and the image's own tools (containers.py), docker-compose sidecars, the
+`separate` verifier mode, [environment] cpus (read here, a container's limit there).
 """
 from __future__ import annotations
 

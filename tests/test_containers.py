@@ -322,3 +322,20 @@ def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one
         for b in boxes:
             b.close()
     assert not any(docker.cli("network", "inspect", b.network).returncode == 0 for b in boxes)
+
+
+def test_harbors_own_docker_environment_runs_the_oracle_and_the_verifier(docker, tmp_path):
+    """`tasks.py check --sandbox harbor:docker`: each task's oracle and verifier in Harbor's own DockerEnvironment
+    (Harbor 0.25 in its venv, Python 3.12+, driving this daemon through Compose; the image prebuilt here): the three
+    data/docker tasks and a toy task score 1 solved and 0 untouched, and a task whose oracle does nothing fails."""
+    try:
+        H.INSTALLS["harbor-env"].install(quiet=True)
+    except Exception as e:   # noqa: BLE001 - CI installs it; elsewhere say why
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_DOCKER") else pytest.skip)(f"harbor-env: {e}")
+    dirs = [t.path for t in T.load_tasks("docker")] + [ROOT / "data" / "toy" / "toy-count"]
+    broken = tmp_path / "broken"
+    shutil.copytree(dirs[0], broken)
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    report = T.check_tasks(dirs + [broken], sandbox="harbor:docker")
+    assert {str(d): [f.check for f in fs] for d, fs in report.items()} == \
+        {**{str(Path(d).resolve()): [] for d in dirs}, str(broken.resolve()): [3]}, report
