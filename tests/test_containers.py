@@ -17,15 +17,13 @@ import pytest
 import containers as CT
 import harnesses as H
 import oracle as O
-import rollout as R
 import sandbox as SB
-import servers as SV
 import tasks as T
 import taskenv as E
 import tiny
 from chat import ChatFormat
-from test_rollout import BOMB, FILLER, HOG, NUMBERS, ORACLE, SCAN, SOLVE, Upstream, make_task, one, private_tmp, \
-    private_tmp_dir, _probe_run
+from test_rollout import ORACLE, SCAN, Upstream, at_once, make_task, misbehaving_tasks, network_task, one, \
+    private_tmp, private_tmp_dir, _probe_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,12 +138,10 @@ def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(d
     service = socket.socket()
     service.bind(("0.0.0.0", 0))
     service.listen()
-    task = make_task(tmp_path / "tasks")
-    with open(task.path / "task.toml", "a") as f:
-        f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
+    task = network_task(tmp_path / "tasks", network_mode)
     up = Upstream(command=[SCAN, GATEWAY.format(port=service.getsockname()[1])])
     try:
-        r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox="docker", guard=False))
+        r = asyncio.run(one(tmp_path, "mini", up, task=task, sandbox="docker", guard=False))
     finally:
         service.close()
     out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
@@ -162,40 +158,11 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alo
     the largest-file bound; the honest rollout is graded 1, this process carries on, no container is left."""
     monkeypatch.setitem(CT.DEFAULTS, "pids", 64)
     monkeypatch.setitem(CT.DEFAULTS, "file_mb", 8)
-    tasks = {}
-    for k in ("honest", "bomb", "hog", "filler"):
-        t = make_task(tmp_path / "tasks", k)
-        (t.path / "tests" / "test.sh").write_text(        # what each left, for this test to read (logs: a host dir)
-            '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
-            '"$LOGS_DIR/big" 2>/dev/null; ls > "$LOGS_DIR/ls"\n'
-            'if [ "$(cat answer.txt 2>/dev/null)" = "42" ]; then echo 1; else echo 0; fi > "$LOGS_DIR/reward.txt"\n')
-        if k == "hog":
-            with open(t.path / "task.toml", "a") as f:
-                f.write("[environment]\nmemory_mb = 64\n")
-        tasks[k] = T.load_task(t.path)
-    commands = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
-
-    async def go():
-        ups = {k: Upstream(command=c) for k, c in commands.items()}
-        proxies, rs = {}, {}
-        try:
-            for k, up in ups.items():
-                proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
-                                     sampling={"max_tokens": 256})
-                await proxies[k].start()
-            rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
-            await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], tmp_path / "boxes",
-                                                 timeout=60, keep=True, sandbox="docker", **NUMBERS) for k in rs))
-        finally:
-            for k in proxies:
-                await proxies[k].stop()
-                await proxies[k].client.close()
-            for up in ups.values():
-                if getattr(up, "runner", None):
-                    await up.runner.cleanup()
-        return rs
-
-    rs = asyncio.run(go())
+    tasks = misbehaving_tasks(tmp_path / "tasks", test_sh=(         # what each left, for this test (logs: a host dir)
+        '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
+        '"$LOGS_DIR/big" 2>/dev/null; ls > "$LOGS_DIR/ls"\n'
+        'if [ "$(cat answer.txt 2>/dev/null)" = "42" ]; then echo 1; else echo 0; fi > "$LOGS_DIR/reward.txt"\n'))
+    rs = asyncio.run(at_once(tasks, tmp_path / "boxes", sandbox="docker"))
     logs = {k: tmp_path / "boxes" / r.id / "logs" for k, r in rs.items()}
     assert rs["honest"].score == 1.0, rs["honest"].reason
     assert "hog.txt" not in (logs["hog"] / "ls").read_text() and rs["hog"].score in (0.0, None)
@@ -302,10 +269,7 @@ def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one
     """A public task's container is alone on a network made for it (no sibling, of this run or another, is on it),
     removed with it; every container's cgroup lies under harness-rl, whose totals (half the kernel's pids, three
     quarters of the memory) bound all sandboxes together."""
-    task = make_task(tmp_path / "tasks")
-    with open(task.path / "task.toml", "a") as f:
-        f.write('[environment]\nnetwork_mode = "public"\n')
-    task = T.load_task(task.path)
+    task = network_task(tmp_path / "tasks", "public")
     boxes = [CT.Box.open(docker, task, CT.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", SB.tool_paths(),
                          offline=False) for i in range(2)]
     try:

@@ -5,7 +5,6 @@ import itertools
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -465,6 +464,14 @@ PY
 echo 42 > answer.txt"""
 
 
+def network_task(root, network_mode):
+    """make_task's task with [environment] network_mode set."""
+    task = make_task(root)
+    with open(task.path / "task.toml", "a") as f:
+        f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
+    return T.load_task(task.path)
+
+
 @pytest.mark.parametrize("network_mode", ["no-network", "public"])
 def test_an_offline_agent_reaches_nothing_on_the_host_but_its_own_proxy(tmp_path, network_mode):
     """A no-network task's agent (default sandbox) scans every loopback port: only its own proxy answers (through
@@ -475,9 +482,7 @@ def test_an_offline_agent_reaches_nothing_on_the_host_but_its_own_proxy(tmp_path
     service = socket.socket()
     service.bind(("127.0.0.1", 0))
     service.listen()
-    task = make_task(tmp_path / "tasks")
-    with open(task.path / "task.toml", "a") as f:
-        f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
+    task = network_task(tmp_path / "tasks", network_mode)
     up, outside, start = Upstream(command=SCAN), {service.getsockname()[1]}, Upstream.start
 
     async def started(self):
@@ -486,7 +491,7 @@ def test_an_offline_agent_reaches_nothing_on_the_host_but_its_own_proxy(tmp_path
         return url
     up.start = started.__get__(up)
     try:
-        r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), guard=False))    # it reads its secret
+        r = asyncio.run(one(tmp_path, "mini", up, task=task, guard=False))    # it reads its secret
     finally:
         service.close()
     out = next(m["content"] for q in up.requests for m in q["messages"] if "SCAN" in str(m.get("content")))
@@ -933,6 +938,45 @@ HOG = "python3 -c \"x = bytearray(768 << 20); open('hog.txt', 'w').write('surviv
 FILLER = "dd if=/dev/zero of=big.bin bs=1M count=64 2>/dev/null; echo 42 > answer.txt"
 
 
+MISBEHAVE = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
+
+
+def misbehaving_tasks(root, test_sh=None):
+    """A write-42 task per MISBEHAVE agent (the hog's asks for 64 MB), test.sh replaced by `test_sh` if given."""
+    tasks = {}
+    for k in MISBEHAVE:
+        t = make_task(root, k)
+        if test_sh:
+            (t.path / "tests" / "test.sh").write_text(test_sh)
+        if k == "hog":
+            with open(t.path / "task.toml", "a") as f:
+                f.write("[environment]\nmemory_mb = 64\n")
+        tasks[k] = T.load_task(t.path)
+    return tasks
+
+
+async def at_once(tasks, boxes, sandbox="auto"):
+    """Each task's MISBEHAVE agent through mini, its own proxy and scripted upstream, all at once -> {name: Rollout}."""
+    ups = {k: Upstream(command=MISBEHAVE[k]) for k in tasks}
+    proxies, rs = {}, {}
+    try:
+        for k, up in ups.items():
+            proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
+                                 sampling={"max_tokens": 256})
+            await proxies[k].start()
+        rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
+        await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], boxes, timeout=60, keep=True,
+                                             sandbox=sandbox, **NUMBERS) for k in rs))
+    finally:
+        for k in proxies:
+            await proxies[k].stop()
+            await proxies[k].client.close()
+        for up in ups.values():
+            if getattr(up, "runner", None):
+                await up.runner.cleanup()
+    return rs
+
+
 def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_rollouts_alone(tmp_path, monkeypatch):
     """Three misbehaving agents beside one that solves its task, at once, in the default sandbox: the fork bomb
     stops at its cgroup's process bound, the memory hog (its task asks for 64 MB: [environment] memory_mb) is killed
@@ -940,37 +984,13 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_rollouts_alone
     (the trainer's place) and every verifier carry on; nothing is left running, no cgroup is left behind."""
     monkeypatch.setitem(SB.LIMITS, "pids", 64)
     monkeypatch.setitem(SB.LIMITS, "file_mb", 8)
-    tasks = {k: make_task(tmp_path / "tasks", k) for k in ("honest", "bomb", "hog", "filler")}
-    with open(tasks["hog"].path / "task.toml", "a") as f:
-        f.write("[environment]\nmemory_mb = 64\n")
-    tasks["hog"] = T.load_task(tasks["hog"].path)
+    tasks = misbehaving_tasks(tmp_path / "tasks")
     assert tasks["hog"].container.memory_mb == 64
-    commands = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
-
-    async def go():
-        ups = {k: Upstream(command=c) for k, c in commands.items()}
-        proxies, rs = {}, {}
-        try:
-            for k, up in ups.items():
-                proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
-                                     sampling={"max_tokens": 256})
-                await proxies[k].start()
-            rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
-            await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], tmp_path / "boxes",
-                                                 timeout=60, keep=True, **NUMBERS) for k in rs))
-        finally:
-            for k in proxies:
-                await proxies[k].stop()
-                await proxies[k].client.close()
-            for up in ups.values():
-                if getattr(up, "runner", None):
-                    await up.runner.cleanup()
-        return rs
 
     ours = lambda: {d for b in set(SB._cgroup_base().values()) for d in b.iterdir()  # noqa: E731
                     if d.name.startswith(f"{os.getpid()}-")}
     before, t0 = ours(), time.time()
-    rs = asyncio.run(go())
+    rs = asyncio.run(at_once(tasks, tmp_path / "boxes"))
     work = {k: tmp_path / "boxes" / r.id / "work" for k, r in rs.items()}
     assert rs["honest"].score == 1.0, rs["honest"].reason
     assert not (work["hog"] / "hog.txt").exists() and rs["hog"].score in (0.0, None)
