@@ -98,6 +98,7 @@ class Docker:
         (self.run / "users" / str(os.getpid())).touch()        # we use it: no other run's end stops it
         SB.watch(docker=(self.argv(), self.run / "dockerd.pid"))    # when we end: our containers, then maybe it
         if self.alive():                    # another run's (or left by a killed one): ours too
+            self.sweep()
             return self
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.run / "dockerd.log", "ab")

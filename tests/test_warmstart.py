@@ -93,7 +93,8 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     """One task of each suite and Harbor's own template task (and a wasteful oracle), the harness's own tool
     shapes, tokens recorded as the target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
     harness = H.get_harness(name)
-    tasks = [T.load_tasks(s)[0] for s in S.SUITES]           # HumanEval (built on first use) included
+    # HumanEval (built on first use) included; docker's under --sandbox docker: tests/test_containers.py
+    tasks = [T.load_tasks(s)[0] for s in S.SUITES if s != "docker"]
     tasks.append(T.load_task(harbor_template_task(tmp_path)))  # Harbor's own template: /app, /tests, ... unchanged
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
