@@ -37,8 +37,8 @@ from suites import TaskError, cache_root
 
 BASE = "harness-rl/debian:bookworm"          # the image every FROM falls back to where no registry is reachable
 SUITE = "bookworm"
-# per rollout, where a task is silent; log_mb: what one command may print into a log of ours
-DEFAULTS = dict(cpus=1.0, memory_mb=None, pids=4096, file_mb=4096, tmp_mb=512, log_mb=64)
+# per rollout, where a task is silent: bubblewrap's LIMITS, CPUs, /tmp, what a command may print into our logs
+DEFAULTS = dict(SB.LIMITS, cpus=1.0, tmp_mb=512, log_mb=64)
 BUILD_TIMEOUT = 1800
 WIPE = """import os, shutil, sys
 for n in os.listdir('/dev/shm'):
@@ -310,8 +310,7 @@ def network(d: Docker, name) -> str:
 
 def limits(task) -> dict:
     """A rollout's bounds: the task's [environment] cpus / memory_mb where it gives them, else DEFAULTS."""
-    out = dict(DEFAULTS, memory_mb=task.container.memory_mb or DEFAULTS["memory_mb"] or
-               os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 22)
+    out = dict(DEFAULTS, memory_mb=SB.sandbox_mb(task.container.memory_mb or DEFAULTS["memory_mb"]))
     out["cpus"] = min(task.container.cpus or out["cpus"], os.cpu_count() or 1)
     return out
 

@@ -194,6 +194,16 @@ def close_fds(argv):
 
 # a sandbox's bounds: processes and threads, memory (None: a quarter of the machine's), the largest file it writes
 LIMITS = dict(pids=4096, memory_mb=None, file_mb=4096)
+
+
+def machine_mb() -> int:
+    """The machine's memory in MiB."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+
+
+def sandbox_mb(memory_mb=None) -> int:
+    """One sandbox's memory: `memory_mb` (a task's), else LIMITS', else a quarter of the machine's."""
+    return int(memory_mb or LIMITS["memory_mb"] or machine_mb() // 4)
 _CGROUP = {}
 
 
@@ -232,7 +242,7 @@ def _cgroup_base():
         v2 = base.get("pids") == base.get("memory")
         total = {"pids": {"pids.max": int(Path("/proc/sys/kernel/pid_max").read_text()) // 2},
                  "memory": {"memory.max" if v2 else "memory.limit_in_bytes":
-                            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4 * 3}}
+                            (machine_mb() << 20) // 4 * 3}}
         for c, d in base.items():
             for f, v in total[c].items():
                 (d / f).write_text(str(v))
@@ -278,8 +288,7 @@ class Limits:
 
     def __init__(self, pids=None, memory_mb=None, file_mb=None):
         pids, file_mb = pids or LIMITS["pids"], file_mb or LIMITS["file_mb"]
-        memory_mb = memory_mb or LIMITS["memory_mb"] or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 22
-        self.file_blocks, self.memory_mb, self.dirs = int(file_mb) * 2048, int(memory_mb), []
+        self.file_blocks, self.memory_mb, self.dirs = int(file_mb) * 2048, sandbox_mb(memory_mb), []
         name = f"{os.getpid()}-{next(self._seq)}"
         _CGROUP["left"] = [d for d in _CGROUP.get("left", []) if not _rmdir(d) and d.exists()]
         v2 = _cgroup_base().get("pids") == _cgroup_base().get("memory")
