@@ -354,7 +354,8 @@ for cli, pid, pidfile in dockers:     # our containers and networks; then the da
             pidfile = None
         for kind in ([], ["network"]):
             ps = subprocess.run(cli + kind + ["ls" if kind else "ps", "-q" if kind else "-aq", "--filter",
-                                              f"label=harness-rl.pid={pid}"], capture_output=True, text=True, timeout=60)
+                                              f"label=harness-rl.pid={pid}"],
+                                capture_output=True, text=True, timeout=60)
             ids = ps.stdout.split()
             ids and subprocess.run(cli + kind + ["rm", *([] if kind else ["-f", "-v"]), *ids], capture_output=True,
                                    timeout=300)
