@@ -374,6 +374,11 @@ class Box:
         out += ["-w", workdir or self.workdir] + (["-u", user] if user else [])
         return out + [self.name, *argv]
 
+    def disk_paths(self) -> list:
+        """Where its files lie on this machine besides the box dir: the WORKDIR volume (the root is read-only)."""
+        mounts = json.loads(self.d.cli("inspect", "-f", "{{json .Mounts}}", self.name, check=True).stdout)
+        return [m["Source"] for m in mounts if m.get("Type") == "volume"]
+
     def copy_in(self, work):
         """A host dir's contents into the WORKDIR (environment/ of a task without a Dockerfile, a harness's files)."""
         if any(Path(work).iterdir()):

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import checkpoint as C
-import containers as CT
+import harborenv as HE
 import harnesses as H
 import hub
 import inference as I
@@ -270,7 +270,7 @@ async def evaluate(args):
     harnesses = {h: H.get_harness(h) for h in kinds}
     for h in harnesses.values():
         await asyncio.to_thread(h.install)
-    sandbox, warning = CT.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
+    sandbox, warning = HE.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
                                                                for p in h.sandbox_paths()])   # before a server starts
     if warning:
         print(warning, file=sys.stderr, flush=True)
@@ -373,7 +373,8 @@ def main(argv=None):
     ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
     ap.add_argument("--guard", default="on", choices=["on", "off"],
                     help="off: the ablation, calls not checked (default: on)")
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES, help="as in train.py (default: %(default)s)")
+    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + ("harbor:docker",),
+                    help="as in train.py, Harbor's environments here only (default: %(default)s)")
     ap.add_argument("--temperature", type=float, help=f"sampling temperature {recipe}")
     ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")
     ap.add_argument("--max-tokens", type=int, help=f"tokens per model turn {recipe}")

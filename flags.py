@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpo as G
+import harborenv as HE
 import sandbox as SB
 
 def _int(lo):
@@ -102,10 +103,11 @@ KNOBS = {
 }
 # the flags of where and how a run runs, outside the table: --resume may change them; --dashboard's port is checked
 RESUME_OVERRIDES = tuple(k for k, kn in KNOBS.items() if kn.resume) + (
-    "server", "sandbox", "keep_sandboxes", "device", "server_gpus", "train_gpus", "fsdp", "dashboard", "dashboard_host",
-    "report_to")
+    "server", "sandbox", "proxy_url", "proxy_port", "keep_sandboxes", "device", "server_gpus", "train_gpus", "fsdp",
+    "dashboard", "dashboard_host", "report_to")
 LIMITS = {k: kn.check for k, kn in KNOBS.items() if kn.check} | {
-    "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)")}
+    "dashboard": (lambda v: isinstance(v, int) and 0 <= v <= 65535, "a port, 0 to 65535 (0: a free one)"),
+    "proxy_port": (lambda v: isinstance(v, int) and 0 < v < 65535, "a port, 1 to 65534")}
 
 
 def parse_args(argv=None, *, shared, recipes, doc):
@@ -125,9 +127,14 @@ def parse_args(argv=None, *, shared, recipes, doc):
                                            "--name under torchrun, whose own --run-path swallows --run")
     ap.add_argument("--runs", default="runs", help="where runs are written (default: %(default)s)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
-    ap.add_argument("--sandbox", default=None, choices=SB.SANDBOXES,
+    ap.add_argument("--sandbox", default=None, choices=HE.CHOICES, metavar="{%s,harbor:TYPE}" % ",".join(SB.SANDBOXES),
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
-                         "isolated or an error; dir: no isolation (see docs/isolation.md)")
+                         "isolated or an error; dir: no isolation; docker: a container per rollout; harbor:TYPE: "
+                         f"Harbor's own environments, TYPE one of {', '.join(HE.TYPES)} (docs/isolation.md)")
+    ap.add_argument("--proxy-url", help="harbor:TYPE elsewhere than here: the URL at which the sandboxes reach the "
+                                        "guard proxy (a tunnel you run to --proxy-port), one per trainer, commas")
+    ap.add_argument("--proxy-port", type=int, help="the port the guard proxy listens on, 127.0.0.1 (trainer i: "
+                                                   "+i) (default: a free one)")
     ap.add_argument("--keep-sandboxes", action="store_true", default=None,
                     help="keep each rollout's work/home folders under runs/<run>/sandboxes (default: deleted)")
     ap.add_argument("--device", help="torch device for training (default: the first --train-gpus, else cuda if "

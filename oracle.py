@@ -71,7 +71,7 @@ def steps(task, sandbox="dir"):
             return _check_steps(json.loads(spelled.read_text()), spelled)
         except json.JSONDecodeError as e:
             raise T.TaskError(f"{spelled}: not JSON: {e}") from None
-    if sandbox == "docker":     # the plan is made on a scratch copy, the host standing in for the image
+    if sandbox == "docker" or sandbox.startswith("harbor:"):     # planned on a scratch copy, the host for the image
         if task.container.engine_only:
             raise T.TaskError(f"{task.path}/solution: a task only docker builds spells its oracle out in oracle.json "
                               f"({task.container.engine_only.split(': ', 1)[0]})")

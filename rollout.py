@@ -6,8 +6,9 @@ without tools are answered, not trained on). `run_rollout`: a fresh sandbox, the
 a server error or a timeout before any model reply leaves the rollout ungraded (score None), a later timeout is
 graded as the work dir was left (Harbor's rule); the agent timeout counts the agent's own time, not the time its
 requests wait at the model server. A no-network task's agent gets its own network namespace (relay.py); under
---sandbox docker every agent is in its task's own container (containers.py), its proxy through the same relay. The
-pool of concurrent rollouts: pool.py.
+--sandbox docker every agent is in its task's own container (containers.py), its proxy through the same relay; under
+harbor:<type> in Harbor's own environment (harborenv.py), the same relay where it runs here, else the proxy's URL as
+the sandbox reaches it (--proxy-url). The pool of concurrent rollouts: pool.py.
 
 Left out: a firewall for public / allowlist tasks under bubblewrap (the guard's hosts rule; the server needs the key
 only the proxy holds), CPU limits under bubblewrap (sandbox.Limits bounds processes and memory).
@@ -31,6 +32,7 @@ from pathlib import Path
 from aiohttp import web
 
 import containers as CT
+import harborenv as HE
 import sandbox as SB
 from servers import MAX_BODY, ChatStream
 import taskenv as E
@@ -42,6 +44,7 @@ RELAY, RELAY_SOCKET = Path(__file__).resolve().parent / "relay.py", "/run/harnes
 POLICY = "policy"
 MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
 WALL = 10                # a rollout's wall clock may reach 10x its agent timeout, waiting on the model included
+DISK_EVERY = 0.5         # seconds between two counts of a rollout's files on disk (past its bound: stopped)
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
@@ -78,6 +81,7 @@ class Rollout:
     exit_code: int | None = None
     pid: int | None = None             # the harness's process (and process group) id
     timed_out: bool = False
+    over_disk: bool = False            # stopped: its files passed their bound on disk (graded as left, as a timeout)
     score: float | None = None
     reason: str = ""
     reward: float | None = None        # set by the pool's reward function (train.py's), never here
@@ -113,11 +117,13 @@ class Proxy:
     def __init__(self, client, adapter, sampling=None, timeout=600, guard=True):
         self.client, self.adapter, self.timeout, self.guard_on = client, adapter, timeout, guard
         self.sampling = dict(sampling or {})
-        self.rollouts, self.url, self._runner, self.socket_dir = {}, None, None, None
+        self.rollouts, self.url, self._runner, self.socket_dir, self.public = {}, None, None, None, None
         self.in_use = collections.Counter()     # adapter name -> requests in flight on the server
         self.overhead = collections.deque(maxlen=100000)   # seconds per request spent in the proxy itself
 
-    async def start(self, host="127.0.0.1", port=0):
+    async def start(self, host="127.0.0.1", port=0, public=None):
+        """Listen on host:port; public: the URL a sandbox elsewhere reaches it at (a tunnel to it, --proxy-url)."""
+        self.public = public or None
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/r/{rid}/v1/chat/completions", self.chat)
         app.router.add_route("*", "/{tail:.*}", self.not_found)
@@ -160,8 +166,11 @@ class Proxy:
         server.forwards = forwards
         return server, path
 
-    def base_url(self, rollout: Rollout):
-        return f"{self.url}/r/{rollout.id}/v1"
+    def base_url(self, rollout: Rollout, remote=False):
+        """A rollout's base URL; remote: as a sandbox elsewhere reaches this proxy (`public`, --proxy-url)."""
+        if remote and not self.public:
+            raise ValueError("a remote sandbox reaches the proxy by a URL: --proxy-url")
+        return f"{self.public.rstrip('/') if remote else self.url}/r/{rollout.id}/v1"
 
     def register(self, r: Rollout, work_dir=None, home=None, tmp=None, private=()):
         """work_dir (as the agent sees it) / home / tmp: the rollout's own (the guard judges paths against them,
@@ -333,44 +342,55 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = socket_server = bounds = container = None
+    proc = socket_server = bounds = container = harbor = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
-    boxed = sandbox in ("bwrap", "docker")
-    try:        # docker: the task's image (built once per run) says where the work dir is
-        image = await asyncio.to_thread(CT.task_image, r.task, CT.daemon(), True) if sandbox == "docker" else None
-        # where the agent sees its work dir, HOME and TMPDIR: in a sandbox the same paths in every rollout (harnesses
-        # put them in their system prompts and tool descriptions: one shared prefix for the server's prompt cache and
-        # for training)
-        seen = CT.workdir(r.task, image, CT.daemon()) if image else E.workdir(r.task, work) if boxed else str(work)
-    except Exception as e:
-        seen, image = str(work), e
+    boxed = sandbox in ("bwrap", "docker") or sandbox.startswith("harbor:")
+    # where the agent sees its HOME and TMPDIR (and its work dir, below): in a sandbox the same paths in every rollout
+    # (harnesses put them in their system prompts and tool descriptions: one shared prefix for the server's prompt
+    # cache and for training)
     seen_home, seen_tmp = (SB.AGENT_HOME, SB.AGENT_TMP) if boxed else (str(home), str(tmp))
-    proxy.register(r, seen, seen_home, seen_tmp, private=[root])
+    budget = timeout or r.task.agent_timeout
     try:
-        if isinstance(image, Exception):
-            raise image
         for d in (home, tmp):
             d.mkdir(parents=True, exist_ok=True)
-        if sandbox != "docker" or not r.task.container.dockerfile:     # else the image holds it
-            await asyncio.to_thread(E.materialize, r.task, work)
+        image = None        # docker: the task's image (built once per run) says where the work dir is
+        if sandbox == "docker" or sandbox == "harbor:docker":
+            image = await asyncio.to_thread(CT.task_image, r.task, CT.daemon(), True)
+        if sandbox.startswith("harbor:"):      # Harbor's environment says it; the proxy by a socket where it is local
+            harbor = HE.Box(r.task, sandbox.partition(":")[2], box, docker=image and CT.daemon(), image=image)
+            if harbor.local:
+                socket_server, path = await proxy.open_socket(r)
+            tools = SB.tool_paths([*harness.sandbox_paths(), RELAY])
+            seen = (await harbor.open(tools, path if harbor.local else None, RELAY_SOCKET)).workdir
         else:
-            work.mkdir()
-        harness.prepare(home, work, tmp, proxy.base_url(r), r.secret, POLICY, max_tokens=max_tokens,
-                        context=context)
+            seen = CT.workdir(r.task, image, CT.daemon()) if image else E.workdir(r.task, work) if boxed else str(work)
+        proxy.register(r, seen, seen_home, seen_tmp, private=[root])
+        if (sandbox == "docker" or harbor is not None) and r.task.container.dockerfile:
+            work.mkdir()           # its image holds the work dir
+        else:
+            await asyncio.to_thread(E.materialize, r.task, work)
+        harness.prepare(home, work, tmp, proxy.base_url(r, remote=harbor is not None and not harbor.local), r.secret,
+                        POLICY, max_tokens=max_tokens, context=context)
         launch = harness.launch(r.task.instruction, seen_home, seen, seen_tmp, r.id, POLICY)
         argv, env = launch.argv, dict(launch.env)
         # `python3` in the agent's shell is the interpreter the verifier uses (no pyenv shim in between)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
-        if sandbox == "docker":          # its own container; the proxy through its socket, whatever its network
+        relayed = [sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
+        if harbor is not None:
+            await harbor.copy_in(work if any(work.iterdir()) else None)
+            if not harbor.local:        # a remote sandbox runs the image's python3 (this one stays here)
+                argv = ["python3", *argv[1:]] if argv[0] == sys.executable else argv
+            proc = await harbor.start(relayed if harbor.local else argv, E.task_env(r.task) | env, launch.stdin,
+                                      timeout=wall * budget + 60)
+        elif sandbox == "docker":          # its own container; the proxy through its socket, whatever its network
             socket_server, path = await proxy.open_socket(r)
             container = await asyncio.to_thread(
                 CT.Box.open, CT.daemon(), r.task, image, box, r.id, SB.tool_paths([*harness.sandbox_paths(), RELAY]),
                 offline=E.offline_task(r.task), mounts=[(path, RELAY_SOCKET, True)])
             await asyncio.to_thread(container.copy_in, work)
-            argv = container.argv([sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--",
-                                   *argv], E.task_env(r.task) | env, stdin=launch.stdin is not None)
+            argv = container.argv(relayed, E.task_env(r.task) | env, stdin=launch.stdin is not None)
             env = None
         else:
             E.refuse_dir(r.task, sandbox)
@@ -382,48 +402,46 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             if offline:     # its own network namespace: its socket comes in, relay.py serves it at the proxy's port
                 socket_server, path = await proxy.open_socket(r)
                 mounts.append((path, RELAY_SOCKET, True))
-                argv = [sys.executable, "-I", str(RELAY), RELAY_SOCKET, proxy.url.rsplit(":", 1)[1], "--", *argv]
+                argv = relayed
             argv = SB.bwrap_args([], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
                                  network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
-        elif container is None:
+        elif sandbox == "dir":
             env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
-        if container is None:          # (docker bounds its own) a fork bomb, a memory hog, a huge file end it alone
-            bounds = E.limits(r.task)
+        if sandbox in ("bwrap", "dir"):       # (containers bound their own) a fork bomb, a memory hog, a huge file
+            bounds = E.limits(r.task)         # end it alone
             argv = bounds.argv(argv)
-        with open(box / "harness.log", "wb") as log:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=work, env=env, stdout=log, stderr=log, **SB.spawn_kw(argv),
-                    stdin=asyncio.subprocess.PIPE if launch.stdin is not None else asyncio.subprocess.DEVNULL)
-            finally:
-                SB.close_fds(argv)
-            r.pid = proc.pid
-            SB.watch(proc.pid)          # its whole sandbox dies with us, even by SIGKILL
-            if launch.stdin is not None:
-                proc.stdin.write(launch.stdin)
-                await proc.stdin.drain()
-                proc.stdin.close()
-            r.exit_code = await _agent_clock(r, proc, timeout or r.task.agent_timeout, wall)
-        await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
+        if harbor is None:
+            proc = await _spawn(r, argv, work, env, box / "harness.log", launch.stdin)
+        cap = r.task.container.storage_mb or SB.LIMITS["disk_mb"]      # its files: the box, its container's own
+        disk = [box, *await asyncio.to_thread((container or harbor).disk_paths)] if container or harbor else [box]
+        r.exit_code = await _agent_clock(r, proc, budget, wall, lambda: SB.disk_mb(disk, cap) > cap)
+        if harbor is not None:
+            await harbor.kill()
+        else:
+            await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now
         # A timeout is the agent's spent budget, graded as the work dir was left with no reply (Harbor grades its
         # AgentTimeoutError too): a policy that loops earns its 0. Before any model reply it is the server's: ungraded.
-        spent = f"timed out after {timeout or r.task.agent_timeout:g}s of its own time" + (
-            f" ({r.model_time():.0f}s more waiting on the model)" if r.model_time() >= 1 else "")
-        ok, why = (bool(r.turns), f"{spent} before any model reply") if r.timed_out else \
+        # So is a stop for its files' size on disk (over the task's storage_mb, else LIMITS'): a filler earns its 0.
+        cut = f"its files passed {cap} MB on disk" if r.over_disk else f"timed out after {budget:g}s of its own " \
+            "time" + (f" ({r.model_time():.0f}s more waiting on the model)" if r.model_time() >= 1 else "")
+        stopped = r.timed_out or r.over_disk
+        ok, why = (bool(r.turns), f"{cut} before any model reply") if stopped else \
             await asyncio.to_thread(harness.succeeded, r.exit_code, home, tmp)
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
             r.failure = r.failure or ("timeout" if r.timed_out else "harness")
+        out = "" if stopped else r.final_message
         if r.errors:
             r.score, r.reason = None, r.errors[0]
+        elif harbor is not None:
+            res = await harbor.verify(out)
         elif container is not None:
-            res = await asyncio.to_thread(CT.verify, r.task, container, "" if r.timed_out else r.final_message)
+            res = await asyncio.to_thread(CT.verify, r.task, container, out)
         else:
-            res = await asyncio.to_thread(E.verify, r.task, work, agent_output="" if r.timed_out else r.final_message,
-                                          sandbox=sandbox, hide=[root])
+            res = await asyncio.to_thread(E.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root])
         if not r.errors:
-            r.score, r.reason = res.score, (f"{spent} (graded as left): " if r.timed_out else "") + res.reason
+            r.score, r.reason = res.score, (f"{cut} (graded as left): " if stopped else "") + res.reason
             if res.score is None:
                 r.failure = "verifier"
     except asyncio.CancelledError:
@@ -435,7 +453,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         r.score, r.reason = None, r.errors[-1]
         r.failure = r.failure or "setup"
     finally:
-        if proc is not None:
+        if proc is not None and harbor is None:
             SB.kill(proc.pid)
         if socket_server is not None:
             socket_server.close(), [t.cancel() for t in list(socket_server.forwards)]
@@ -444,6 +462,8 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         r.finished = time.time()
         if container is not None:
             await asyncio.to_thread(container.close)
+        if harbor is not None:
+            await harbor.close()
         if not keep:
             SB.rmtree(box)
         if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above
@@ -451,19 +471,41 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
     return r
 
 
-async def _agent_clock(r: Rollout, proc, budget, wall):
+async def _spawn(r: Rollout, argv, work, env, log, stdin):
+    """The harness as a local process (its whole sandbox dies with us, even by SIGKILL), its input written."""
+    with open(log, "wb") as out:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=work, env=env, stdout=out, stderr=out, **SB.spawn_kw(argv),
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL)
+        finally:
+            SB.close_fds(argv)
+    r.pid = proc.pid
+    SB.watch(proc.pid)
+    if stdin is not None:
+        proc.stdin.write(stdin)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    return proc
+
+
+async def _agent_clock(r: Rollout, proc, budget, wall, over_disk=None):
     """Wait for the harness to exit; its exit code, or None with r.timed_out set once the agent has spent `budget`
     seconds of its own time (the wall clock less the time its model requests were out at the server: queueing at a
-    loaded server is not the agent's) or `wall` x budget of wall time in all (a server that never answers)."""
-    exited, t0 = asyncio.ensure_future(proc.wait()), time.monotonic()
+    loaded server is not the agent's) or `wall` x budget of wall time in all (a server that never answers), or
+    with r.over_disk set once `over_disk()` says so (asked in a thread, again DISK_EVERY s after each answer)."""
+    exited, t0, check = asyncio.ensure_future(proc.wait()), time.monotonic(), None
     while True:
         elapsed = time.monotonic() - t0
         left = min(budget - (elapsed - r.model_time()), wall * budget - elapsed)
-        if left <= 0:
+        r.over_disk = bool(check and check.done() and check.result())
+        if left <= 0 or r.over_disk:
             exited.cancel()
-            r.timed_out = True
+            r.timed_out = not r.over_disk
             return None
-        done, _ = await asyncio.wait({exited}, timeout=max(left, 0.05))
+        if over_disk and (check is None or check.done()):
+            check = asyncio.ensure_future(asyncio.to_thread(over_disk))
+        done, _ = await asyncio.wait({exited}, timeout=min(max(left, 0.05), DISK_EVERY))
         if done:
             return exited.result()
 

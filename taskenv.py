@@ -49,6 +49,7 @@ class Container:
     env: dict = field(default_factory=dict)        # ENV + [environment] env
     memory_mb: int | None = None                   # [environment] memory_mb: its sandbox's memory (sandbox.Limits)
     cpus: float | None = None                      # [environment] cpus: its container's CPUs (--sandbox docker)
+    storage_mb: int | None = None                  # [environment] storage_mb: its files' bound (sandbox.disk_mb)
     engine_only: str = ""                          # why only --sandbox docker runs it (a RUN line, ...), or ""
 
 
@@ -107,11 +108,12 @@ def container(task_dir, cfg) -> Container:
     df = ctx / "Dockerfile"
     box = Container()
     box.env = resolve_env(env_cfg.get("env") or {}, f"{task_dir / 'task.toml'}: [environment] env")
-    mem = env_cfg.get("memory_mb")
-    if mem is not None and (type(mem) is not int or mem < 16):
-        raise TaskError(f"{task_dir / 'task.toml'}: [environment] memory_mb must be a whole number of MB >= 16, "
-                        f"got {mem!r}")
-    box.memory_mb = mem
+    for key in ("memory_mb", "storage_mb"):
+        mb = env_cfg.get(key)
+        if mb is not None and (type(mb) is not int or mb < 16):
+            raise TaskError(f"{task_dir / 'task.toml'}: [environment] {key} must be a whole number of MB >= 16, "
+                            f"got {mb!r}")
+        setattr(box, key, mb)
     cpus = env_cfg.get("cpus")
     if cpus is not None and (type(cpus) not in (int, float) or not 0 < cpus <= 1024):
         raise TaskError(f"{task_dir / 'task.toml'}: [environment] cpus must be a number in (0, 1024], got {cpus!r}")
@@ -241,7 +243,7 @@ def resolve_sandbox(mode, tasks, shown=()):
     for a task only a container engine builds (a RUN line: --sandbox docker, containers.py)."""
     sandbox, warning = SB.resolve_sandbox(mode)
     engine = [t for t in tasks if t.container.engine_only]
-    if engine and sandbox != "docker":
+    if engine and sandbox != "docker" and not sandbox.startswith("harbor:"):
         raise TaskError(f"{len(engine)} task(s) need --sandbox docker (their images are built by a container engine): "
                         f"{engine[0].container.engine_only}")
     boxed, offline = [t.name for t in tasks if t.container.dockerfile], sum(map(offline_task, tasks))

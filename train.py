@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 import checkpoint as C
-import containers as CT
 import flags as F
 import grpo as G
+import harborenv as HE
 import harnesses as H
 import hub
 import inference as I
@@ -418,14 +418,15 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
                           kv_cache=cfg["kv_cache"] or kv_cache)
 
 
-async def start_pool(tr, cfg, run_dir, sandbox, fit=None):
+async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
-    fit: the run's pool.Fit (None: --sessions exactly)."""
+    fit: the run's pool.Fit (None: --sessions exactly). k: its index (its --proxy-port and --proxy-url)."""
     tr.proxy = R.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
     tr.learner.snap = P.call(tr.learner.snapshot)
     await tr.publish()
-    await tr.proxy.start()
+    await tr.proxy.start(port=cfg["proxy_port"] + k if cfg.get("proxy_port") else 0,
+                         public=dict(enumerate((cfg.get("proxy_url") or "").split(","))).get(k))
     pool = PL.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
                          max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
                          context=cfg["context"], reward=RC.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
@@ -450,11 +451,11 @@ async def run(cfg, resume=False, kv=None):
     train_tasks, held_out = training_tasks(cfg, run_dir, resume)
     for n in names:
         await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
-    sandbox, warning = CT.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks)
+    sandbox, warning = HE.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks, proxy_url=cfg.get("proxy_url"),
+                                          trainers=len(names))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    # 3. The base (the agentic base of a warm start, built first: one for every harness of the run), the learners on
-    #    every rank, the server
+    # 3. The base (a warm start's agentic base, built first: one for every harness of the run), the learners, the server
     path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
     config = C.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
@@ -494,8 +495,8 @@ async def run(cfg, resume=False, kv=None):
         # would count as the rollouts' (a GPU vLLM's one busy core is within the budget's slack)
         fit = PL.Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" and not (
             cfg["server"] == "vllm" and device == "cpu") else None
-        for t in trainers:
-            pools.append(await start_pool(t, cfg, run_dir, sandbox, fit))
+        for k, t in enumerate(trainers):
+            pools.append(await start_pool(t, cfg, run_dir, sandbox, fit, k))
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
               f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 

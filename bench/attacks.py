@@ -44,7 +44,7 @@ def pays(result):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harnesses", default="mini,pi", help="comma-separated (default mini,pi)")
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES)
+    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + ("harbor:docker",))
     ap.add_argument("--only", help="attack ids, comma-separated")
     a = ap.parse_args(argv)
     attacks = [x for x in ATTACKS if not a.only or x["id"] in a.only.split(",")]

@@ -1,10 +1,11 @@
-"""What --sandbox docker costs beside bubblewrap, side by side in one run.
+"""What --sandbox docker and harbor:docker cost beside bubblewrap, side by side in one run.
 
   (a) once: the base image (debootstrap + docker import; shown as made when it is), each data/docker task's image
       built cold (no cache) and warm (its tag is there: an inspect), the daemon's start.
   (b) per rollout: the oracle agent through a harness on the toy tasks, one rollout at a time, wall seconds from
-      the sandbox's set-up to its removal (harness, verifier and teardown included), under bubblewrap and docker,
-      medians and the ratio; and a container's own start + removal with nothing run in it.
+      the sandbox's set-up to its removal (harness, verifier and teardown included), under bubblewrap, docker and
+      Harbor's own docker environment (where its venv is installed), medians and the ratios; and a container's own
+      start + removal with nothing run in it.
 
     python bench/containers.py [--harness mini] [--samples 3] [--only a|b]
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import containers as CT  # noqa: E402
+import harborenv as HE  # noqa: E402
 import harnesses as H  # noqa: E402
 import oracle as O  # noqa: E402
 import sandbox as SB  # noqa: E402
@@ -47,7 +49,8 @@ def images(d):
 def rollouts(harness, samples):
     tasks = T.load_tasks("toy")
     fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
-    boxes = [b for b in ("bwrap", "docker") if (SB.bwrap_works()[0] if b == "bwrap" else not SB.docker_missing())]
+    boxes = [b for b, ok in (("bwrap", SB.bwrap_works()[0]), ("docker", True),
+                             ("harbor:docker", Path(HE.venv_python()).exists())) if ok]
     secs = {b: [] for b in boxes}
     for _ in range(samples):             # alternating, so that a drift in the machine's load falls on both
         for b in boxes:
@@ -60,10 +63,10 @@ def rollouts(harness, samples):
           "rollout (set-up, harness, verifier, teardown)")
     med = {b: statistics.median(v) for b, v in secs.items()}
     for b in boxes:
-        print(f"    {b:<8} median {med[b]:6.2f}   p90 {sorted(secs[b])[int(0.9 * (len(secs[b]) - 1))]:6.2f}   "
+        print(f"    {b:<14} median {med[b]:6.2f}   p90 {sorted(secs[b])[int(0.9 * (len(secs[b]) - 1))]:6.2f}   "
               f"({len(secs[b])} rollouts)")
-    if len(boxes) == 2:
-        print(f"    docker / bwrap: {med['docker'] / med['bwrap']:.2f}x (+{med['docker'] - med['bwrap']:.2f} s)")
+    for b in boxes[1:] if boxes[0] == "bwrap" else ():
+        print(f"    {b} / bwrap: {med[b] / med['bwrap']:.2f}x (+{med[b] - med['bwrap']:.2f} s)")
     d = CT.daemon()
     ts = []
     for i in range(5):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import containers as CT
+import harborenv as HE
 import harnesses as H
 import oracle as O
 import sandbox as SB
@@ -23,7 +24,7 @@ import taskenv as E
 import tiny
 from chat import ChatFormat
 from test_rollout import ORACLE, SCAN, Upstream, at_once, make_task, misbehaving_tasks, network_task, one, \
-    private_tmp, private_tmp_dir, _probe_run
+    private_tmp, private_tmp_dir, scattered, _probe_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,6 +47,24 @@ def docker():
 @pytest.fixture(scope="module")
 def lfm3(tmp_path_factory):
     return tiny.write_tiny_checkpoint(tmp_path_factory.mktemp("lfm3"), "lfm3")
+
+
+@pytest.fixture(scope="module")
+def harbor(docker):
+    """Harbor's environments' venv (harnesses.py install harbor-env: Python 3.12+, Harbor, Compose), on this daemon."""
+    try:
+        H.INSTALLS["harbor-env"].install(quiet=True)
+    except Exception as e:   # noqa: BLE001 - CI installs it; elsewhere say why
+        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_DOCKER") else pytest.skip)(f"harbor-env: {e}")
+    return docker
+
+
+def engine(request, sandbox):
+    """The daemon, Harbor's venv too for harbor:docker."""
+    return request.getfixturevalue("harbor" if sandbox.startswith("harbor:") else "docker")
+
+
+BOTH = ["docker", "harbor:docker"]
 
 
 def ours(d):
@@ -77,14 +96,16 @@ def test_tasks_whose_dockerfiles_run_things_are_built_and_solved_only_under_dock
     assert ours(docker) == [] and docker.cli("ps", "-aq", "--filter", "status=exited").stdout.split() == []
 
 
+@pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration)
                                               for h in ("pi", "opencode", "hermes")])
-def test_the_oracle_solves_them_through_a_real_harness_in_containers(docker, tmp_path, name, lfm3):
+def test_the_oracle_solves_them_through_a_real_harness_in_containers(request, tmp_path, name, sandbox, lfm3):
     """The oracle agent's steps (solution/oracle.json: the command, run through the harness's own shell tool) in each
-    task's own container: the image's library, database and tool are there, and each scores 1."""
-    tasks = T.load_tasks("docker")
+    task's own container - ours, or Harbor's own DockerEnvironment (its Compose project, the harness bound in, the
+    proxy through the rollout's socket): the image's library, database and tool are there, and each scores 1."""
+    docker, tasks = engine(request, sandbox), T.load_tasks("docker")
     rs = asyncio.run(O.record(tasks, H.get_harness(name), ChatFormat.from_checkpoint(lfm3), tmp_path / "out",
-                              samples=1, sessions=3, max_tokens=4096, context=131072, sandbox="docker"))
+                              samples=1, sessions=3, max_tokens=4096, context=131072, sandbox=sandbox))
     assert sorted((r.task.name, r.score) for r in rs) == sorted((t.name, 1.0) for t in tasks), \
         [(r.task.name, r.reason, r.errors) for r in rs]
     assert ours(docker) == []
@@ -103,10 +124,12 @@ def test_every_attack_pays_without_the_guard_and_only_the_known_gaps_with_it_in_
     assert ours(docker) == []
 
 
-def test_docker_stops_the_hostile_probe_bubblewrap_stops(docker, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_docker_stops_the_hostile_probe_bubblewrap_stops(request, tmp_path, monkeypatch, sandbox):
     """test_rollout's probe (guard off) beside two victims, all in containers: it reads no oracle, no sibling's
     secret or files, forges no reward, reaches the server only without its key, and leaves nothing running."""
-    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, "docker",
+    docker = engine(request, sandbox)
+    victims, probe, seen, alive, adapters = asyncio.run(_probe_run(tmp_path, sandbox,
                                                                    private_tmp(tmp_path, monkeypatch)))
     assert "probe done" in seen, seen[-2000:]
     assert ORACLE not in seen                                  # no oracle text reached the model
@@ -130,8 +153,10 @@ PY
 """
 
 
+@pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("network_mode", ["no-network", "public"])
-def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(docker, tmp_path, network_mode):
+def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(request, tmp_path, network_mode,
+                                                                               sandbox):
     """Every loopback port scanned from inside: only its own proxy answers (relay.py through its socket), for a
     public-network task too - its network is the run's own bridge, whose host side has no address: a service on the
     host's every address (0.0.0.0) is not reached through its gateway either."""
@@ -141,7 +166,8 @@ def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(d
     task = network_task(tmp_path / "tasks", network_mode)
     up = Upstream(command=[SCAN, GATEWAY.format(port=service.getsockname()[1])])
     try:
-        r = asyncio.run(one(tmp_path, "mini", up, task=task, sandbox="docker", guard=False))
+        engine(request, sandbox)
+        r = asyncio.run(one(tmp_path, "mini", up, task=task, sandbox=sandbox, guard=False))
     finally:
         service.close()
     out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
@@ -152,23 +178,30 @@ def test_an_agent_in_a_container_reaches_nothing_on_the_host_but_its_own_proxy(d
     assert gateway[0] == "None" or gateway[1] != "0", out      # no route, or no answer there
 
 
-def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alone(docker, tmp_path, monkeypatch):
-    """test_rollout's three misbehaving agents beside an honest one, in containers: the bomb stops at --pids-limit,
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alone(request, tmp_path, monkeypatch,
+                                                                                  sandbox):
+    """test_rollout's four misbehaving agents beside an honest one, in containers: the bomb stops at --pids-limit,
     the hog (64 MB: its task's [environment] memory_mb) is killed inside its container, the filler's file stops at
-    the largest-file bound; the honest rollout is graded 1, this process carries on, no container is left."""
+    the largest-file bound, the scatterer's many files are stopped at the rollout's disk bound (its WORKDIR volume,
+    or Harbor's writable root, counted); the honest rollout is graded 1, this process carries on, no container is
+    left."""
     monkeypatch.setitem(CT.DEFAULTS, "pids", 64)
     monkeypatch.setitem(CT.DEFAULTS, "file_mb", 8)
+    monkeypatch.setitem(SB.LIMITS, "disk_mb", 32)
     tasks = misbehaving_tasks(tmp_path / "tasks", test_sh=(         # what each left, for this test (logs: a host dir)
         '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
         '"$LOGS_DIR/big" 2>/dev/null; ls > "$LOGS_DIR/ls"\n'
         'if [ "$(cat answer.txt 2>/dev/null)" = "42" ]; then echo 1; else echo 0; fi > "$LOGS_DIR/reward.txt"\n'))
-    rs = asyncio.run(at_once(tasks, tmp_path / "boxes", sandbox="docker"))
+    docker = engine(request, sandbox)
+    rs = asyncio.run(at_once(tasks, tmp_path / "boxes", sandbox=sandbox))
     logs = {k: tmp_path / "boxes" / r.id / "logs" for k, r in rs.items()}
     assert rs["honest"].score == 1.0, rs["honest"].reason
     assert "hog.txt" not in (logs["hog"] / "ls").read_text() and rs["hog"].score in (0.0, None)
     assert int((logs["filler"] / "big").read_text()) <= 8 << 20
     forks = int((logs["bomb"] / "forks").read_text())
     assert 0 < forks < 64, forks
+    assert scattered(rs["scatter"]), rs["scatter"].reason
     assert ours(docker) == []
 
 
@@ -178,16 +211,20 @@ sys.path[:0] = [{root!r}, {tests!r}]
 import test_rollout as TR
 async def main():
     await TR.one(__import__("pathlib").Path({tmp!r}), "mini", TR.Upstream(command="echo up; sleep 600"),
-                 sandbox="docker", timeout=900)
+                 sandbox={sandbox!r}, timeout=900)
 asyncio.run(main())
 """
 
 
-def test_a_trainer_killed_by_sigkill_leaves_no_container(docker, tmp_path):
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_a_trainer_killed_by_sigkill_leaves_no_container(request, tmp_path, sandbox):
     """A process with a rollout in a container (its agent sleeping) is killed with SIGKILL: its reaper removes the
-    containers labelled with its pid (the daemon stays: it is this process's)."""
+    containers labelled with its pid (the daemon stays: it is this process's); Harbor's worker, its stdin closed,
+    stops its environment and ends."""
+    docker = engine(request, sandbox)
     p = subprocess.Popen([sys.executable, "-c", KILLED.format(root=str(ROOT), tests=str(ROOT / "tests"),
-                                                              tmp=str(tmp_path))], start_new_session=True)
+                                                              tmp=str(tmp_path), sandbox=sandbox)],
+                         start_new_session=True)
     label = f"label=harness-rl.pid={p.pid}"
     deadline = time.monotonic() + 120
     while not docker.cli("ps", "-q", "--filter", label).stdout.split():
@@ -201,6 +238,10 @@ def test_a_trainer_killed_by_sigkill_leaves_no_container(docker, tmp_path):
         assert time.monotonic() < deadline, docker.cli("ps", "-a").stdout
         time.sleep(0.2)
     assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode == 1
+    deadline = time.monotonic() + 60
+    while subprocess.run(["pgrep", "-f", f"harborworker.py.*{tmp_path}"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "Harbor's worker outlived its trainer"
+        time.sleep(0.2)
 
 
 # ----------------------------------------------------------------------------- a red team's findings, each closed
@@ -288,14 +329,10 @@ def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one
     assert not any(docker.cli("network", "inspect", b.network).returncode == 0 for b in boxes)
 
 
-def test_harbors_own_docker_environment_runs_the_oracle_and_the_verifier(docker, tmp_path):
+def test_harbors_own_docker_environment_runs_the_oracle_and_the_verifier(harbor, tmp_path):
     """`tasks.py check --sandbox harbor:docker`: each task's oracle and verifier in Harbor's own DockerEnvironment
     (Harbor 0.25 in its venv, Python 3.12+, driving this daemon through Compose; the image prebuilt here): the three
     data/docker tasks and a toy task score 1 solved and 0 untouched, and a task whose oracle does nothing fails."""
-    try:
-        H.INSTALLS["harbor-env"].install(quiet=True)
-    except Exception as e:   # noqa: BLE001 - CI installs it; elsewhere say why
-        (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_DOCKER") else pytest.skip)(f"harbor-env: {e}")
     dirs = [t.path for t in T.load_tasks("docker")] + [ROOT / "data" / "toy" / "toy-count"]
     broken = tmp_path / "broken"
     shutil.copytree(dirs[0], broken)
@@ -303,3 +340,24 @@ def test_harbors_own_docker_environment_runs_the_oracle_and_the_verifier(docker,
     report = T.check_tasks(dirs + [broken], sandbox="harbor:docker")
     assert {str(d): [f.check for f in fs] for d, fs in report.items()} == \
         {**{str(Path(d).resolve()): [] for d in dirs}, str(broken.resolve()): [3]}, report
+    assert ours(harbor) == []
+
+
+def test_a_remote_harbor_type_gets_the_harness_uploaded_and_the_proxy_by_its_url(harbor, tmp_path, monkeypatch):
+    """A remote type's path (daytona, modal, ...: nothing of this machine bound in), run on Harbor's docker
+    environment with `MOUNTS` emptied: mini.py uploaded to its own path and run by the image's python3, its HOME
+    uploaded with a config naming --proxy-url, its TMPDIR downloaded after. The URL here is one nothing answers in
+    the no-network container, so mini's first request fails there: the rollout is ungraded, the log is mini's own."""
+    monkeypatch.setattr(HE, "MOUNTS", ())
+    with pytest.raises(ValueError, match="--proxy-url"):
+        HE.resolve_sandbox("harbor:modal", [], log=None)
+    with pytest.raises(ValueError, match="one URL per trainer"):
+        HE.resolve_sandbox("harbor:modal", [], log=None, proxy_url="https://a.example,https://b.example")
+    up = Upstream(command="echo never")
+    r = asyncio.run(one(tmp_path, "mini", up, sandbox="harbor:docker", keep=True, public="http://127.0.0.1:9/x/"))
+    box = tmp_path / "sandboxes" / r.id
+    assert json.loads((box / "home" / ".mini" / "config.json").read_text())["base_url"] == \
+        f"http://127.0.0.1:9/x/r/{r.id}/v1"
+    assert r.score is None and r.failure == "harness" and up.requests == [], r.errors
+    assert "mini: API error" in (box / "harness.log").read_text() and (box / "tmp").is_dir()
+    assert ours(harbor) == []

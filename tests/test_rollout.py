@@ -37,8 +37,8 @@ def make_task(root, name="write-42", timeout=60):
     (d / "solution").mkdir()
     (d / "environment" / "README.md").write_text("A small work dir.\n")
     (d / "instruction.md").write_text("Write the number 42 into a file named answer.txt in the work dir.\n")
-    (d / "task.toml").write_text(f'[task]\nname = "{name}"\n[metadata]\nsource = "toy"\ntype = "build"\n'
-                                 f'[agent]\ntimeout_sec = {timeout}\n[verifier]\ntimeout_sec = 10\n')
+    (d / "task.toml").write_text(f'[task]\nname = "test/{name}"\n[metadata]\nsource = "toy"\n'      # Harbor's org/name
+                                 f'type = "build"\n[agent]\ntimeout_sec = {timeout}\n[verifier]\ntimeout_sec = 10\n')
     (d / "tests" / "test.sh").write_text('#!/bin/bash\nif [ "$(cat "$WORKDIR/answer.txt" 2>/dev/null)" = "42" ]; '
                                          'then echo 1 > "$LOGS_DIR/reward.txt"; else echo 0 > "$LOGS_DIR/reward.txt"; fi\n')
     (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{SOLVE}\n")
@@ -106,11 +106,12 @@ class Upstream:
 
 
 async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=R.WALL,
-              keep=False):
+              keep=False, public=None):
     url = await upstream.start()
     client = SV.Client(url, timeout=30)
     proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
     await proxy.start()
+    proxy.public = public
     task = task or make_task(tmp / "tasks")
     harness = H.get_harness(harness_name)
     r = R.Rollout(task, harness_name, start_version=3)
@@ -936,9 +937,16 @@ BOMB = ("python3 -c \"import os, time\nn = 0\nfor i in range(400):\n    try:\n  
         "open('forks.txt', 'w').write(str(n))\"")
 HOG = "python3 -c \"x = bytearray(768 << 20); open('hog.txt', 'w').write('survived')\""
 FILLER = "dd if=/dev/zero of=big.bin bs=1M count=64 2>/dev/null; echo 42 > answer.txt"
+SCATTER = "for i in $(seq 400); do dd if=/dev/zero of=f$i bs=1M count=4 2>/dev/null; done; echo 42 > answer.txt"
 
 
-MISBEHAVE = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER}
+MISBEHAVE = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER, "scatter": SCATTER}
+
+
+def scattered(r):
+    """The scatter agent (1.6 GB in 4 MB files) was stopped for its files' size (LIMITS' disk_mb: 32 here), graded
+    as left (its answer never written: 0)."""
+    return r.over_disk and not r.timed_out and r.score == 0.0 and "passed 32 MB on disk" in r.reason
 
 
 def misbehaving_tasks(root, test_sh=None):
@@ -978,12 +986,14 @@ async def at_once(tasks, boxes, sandbox="auto"):
 
 
 def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_rollouts_alone(tmp_path, monkeypatch):
-    """Three misbehaving agents beside one that solves its task, at once, in the default sandbox: the fork bomb
+    """Four misbehaving agents beside one that solves its task, at once, in the default sandbox: the fork bomb
     stops at its cgroup's process bound, the memory hog (its task asks for 64 MB: [environment] memory_mb) is killed
-    inside its own cgroup, the filler's file stops at the largest-file bound - and the honest rollout, this process
+    inside its own cgroup, the filler's file stops at the largest-file bound, the scatterer of many files is stopped
+    once they pass its rollout's disk bound (checked each second) - and the honest rollout, this process
     (the trainer's place) and every verifier carry on; nothing is left running, no cgroup is left behind."""
     monkeypatch.setitem(SB.LIMITS, "pids", 64)
     monkeypatch.setitem(SB.LIMITS, "file_mb", 8)
+    monkeypatch.setitem(SB.LIMITS, "disk_mb", 32)
     tasks = misbehaving_tasks(tmp_path / "tasks")
     assert tasks["hog"].container.memory_mb == 64
 
@@ -995,6 +1005,8 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_rollouts_alone
     assert rs["honest"].score == 1.0, rs["honest"].reason
     assert not (work["hog"] / "hog.txt").exists() and rs["hog"].score in (0.0, None)
     assert (work["filler"] / "big.bin").stat().st_size <= 8 << 20 and rs["filler"].score in (0.0, 1.0, None)
+    assert scattered(rs["scatter"]), rs["scatter"].reason
+    assert SB.disk_mb([work["scatter"]]) < 1600, SB.disk_mb([work["scatter"]])    # stopped before its 400 files
     if SB._cgroup_base():                               # root here: the cgroups bound processes and memory
         forks = int((work["bomb"] / "forks.txt").read_text())
         assert 0 < forks < 64, forks

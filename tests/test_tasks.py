@@ -554,11 +554,11 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
         with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(tool)} holds"):
             E.resolve_sandbox("bwrap", [python])
     for key, bad in (("memory_mb", "0"), ("memory_mb", "1.5"), ("memory_mb", '"64"'), ("cpus", "0"), ("cpus", "-1"),
-                     ("cpus", '"2"'), ("cpus", "1e9")):        # a container's resources, refused at load
+                     ("cpus", '"2"'), ("cpus", "1e9"), ("storage_mb", "-5"), ("storage_mb", "nan")):   # refused at load
         with pytest.raises(T.TaskError, match=rf"\[environment\] {key} must be"):
             T.load_task(make_task(tmp_path, f"res-{key}-{bad.strip(chr(34))}", toml=f"[environment]\n{key} = {bad}\n"))
-    ok = T.load_task(make_task(tmp_path, "res-ok", toml="[environment]\ncpus = 0.5\nmemory_mb = 64\n"))
-    assert (ok.container.cpus, ok.container.memory_mb) == (0.5, 64)
+    ok = T.load_task(make_task(tmp_path, "res-ok", toml="[environment]\ncpus = 0.5\nmemory_mb = 64\nstorage_mb = 100\n"))
+    assert (ok.container.cpus, ok.container.memory_mb, ok.container.storage_mb) == (0.5, 64, 100)
     with pytest.raises(T.TaskError, match=r"separate container"):
         T.load_task(make_task(tmp_path, "sep", toml='[verifier]\nenvironment_mode = "separate"\n'))
     with pytest.raises(T.TaskError, match=r"\[verifier\] env: K = '\$\{HARNESS_RL_UNSET_X\}'"):
