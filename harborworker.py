@@ -30,7 +30,9 @@ async def _open(cfg):
     # its main container sleeps through SIGTERM: stopped at once (Compose would wait 10 s for it); labelled with our
     # run's pid, as containers.py labels its own (sandbox.watch's reaper removes them after a kill -9)
     label = {"harness-rl.pid": str(cfg.get("pid") or os.getppid())}
-    overlay = {"services": {"main": {"stop_grace_period": "0s", "labels": label}}}
+    # no device nodes made (the host reads what lands in the binds), no raw sockets, no privilege gained by exec
+    overlay = {"services": {"main": {"stop_grace_period": "0s", "labels": label, "cap_drop": ["MKNOD", "NET_RAW"],
+                                     "security_opt": ["no-new-privileges:true"]}}}
     if (lim := cfg.get("limits")) and cfg["type"] == "docker":     # a rollout's bounds (containers.limits)
         overlay["services"]["main"] |= {"cpus": lim["cpus"], "mem_limit": f"{lim['memory_mb']}m",
                                         "memswap_limit": f"{lim['memory_mb']}m", "pids_limit": lim["pids"],
@@ -55,7 +57,9 @@ async def _open(cfg):
 
 
 async def _serve(cfg):
-    out, t0 = sys.stdout, time.monotonic()
+    # the answers go out on a copy of stdout; what Harbor or a provider's library prints goes to stderr (the log)
+    out, t0 = os.fdopen(os.dup(1), "w"), time.monotonic()
+    os.dup2(2, 1)
 
     def say(obj):
         out.write(json.dumps(obj) + "\n")

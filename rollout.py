@@ -416,7 +416,7 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         disk = [box, *await asyncio.to_thread((container or harbor).disk_paths)] if container or harbor else [box]
         r.exit_code = await _agent_clock(r, proc, budget, wall, lambda: SB.disk_mb(disk, cap) > cap)
         if harbor is not None:
-            await harbor.kill()
+            await harbor.stop()
         else:
             await asyncio.to_thread(SB.wait_dead, SB.kill(proc.pid))     # nothing of the agent runs on now
         proxy.unregister(r)            # nothing the harness left behind can reach the model now

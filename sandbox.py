@@ -478,6 +478,8 @@ def read_untrusted(path, limit=65536, tail=False) -> bytes:
     /proc/self/environ), only a regular file (a FIFO blocks, /dev/zero fills memory), at most `limit` bytes (the last
     ones with tail=True). Raises OSError (ELOOP for a link) or ValueError (not a regular file)."""
     import stat
+    if not stat.S_ISREG(os.lstat(path).st_mode):      # before it is opened: a device node's open can act (as root)
+        raise ValueError(f"{path}: not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

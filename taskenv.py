@@ -289,13 +289,18 @@ def _host_shows(path) -> bool:
                [*SB.tool_paths(), str(Path(__file__).resolve().parent), str(cache_root())])
 
 
-def offline_task(task) -> bool:
-    """Whether the agent phase is "no-network" ([agent] network_mode, else [environment]'s, or allow_internet =
-    false): its own network namespace. "public" (the default) and "allowlist" keep the host's network."""
+def network_mode(task) -> str:
+    """The agent phase's network: [agent] network_mode, else [environment]'s, else "no-network" where allow_internet
+    is false, else "public"."""
     env, agent = task.config.get("environment") or {}, task.config.get("agent") or {}
-    mode = agent.get("network_mode") or env.get("network_mode") or \
+    return agent.get("network_mode") or env.get("network_mode") or \
         ("no-network" if env.get("allow_internet") is False else "public")
-    return mode == "no-network"
+
+
+def offline_task(task) -> bool:
+    """Whether the agent phase is "no-network": its own network namespace. "public" (the default) and "allowlist"
+    keep the host's network."""
+    return network_mode(task) == "no-network"
 
 
 def task_env(task, extra=None):

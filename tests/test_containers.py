@@ -246,7 +246,7 @@ def test_a_trainer_killed_by_sigkill_leaves_no_container(request, tmp_path, sand
 
 # ----------------------------------------------------------------------------- a red team's findings, each closed
 
-def _rollout(tmp_path, command, test_sh=None, files=None, toml=""):
+def _rollout(tmp_path, command, test_sh=None, files=None, toml="", sandbox="docker"):
     """One mini rollout under docker (guard off: the sandbox alone) of a write-42 task, its test.sh replaced."""
     task = make_task(tmp_path / "tasks")
     if test_sh:
@@ -257,35 +257,46 @@ def _rollout(tmp_path, command, test_sh=None, files=None, toml=""):
         with open(task.path / "task.toml", "a") as f:
             f.write(toml)
     up = Upstream(command=command)
-    r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox="docker", guard=False))
+    r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox=sandbox, guard=False))
     out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
     return r, out
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the attack's registers are x86_64's")
-def test_an_agent_that_takes_over_the_containers_first_process_forges_nothing(docker, tmp_path):
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_an_agent_that_takes_over_the_containers_first_process_forges_nothing(request, tmp_path, sandbox):
     """The agent ptraces pid 1 (the one process killing the agent's would spare) and makes it wait for the verifier
     to forge reward.json: the container is restarted before the verifier, so the forger is gone with the rest."""
+    engine(request, sandbox)
     payload = (Path(__file__).parent / "ptrace_init.py").read_text()
-    r, out = _rollout(tmp_path, f"python3 - <<'PYEOF'\n{payload}PYEOF\n")
+    r, out = _rollout(tmp_path, f"python3 - <<'PYEOF'\n{payload}PYEOF\n", sandbox=sandbox)
     assert "pid1 now: b'/" in out and "-c" in out.split("pid1 now:")[1][:200], (r.reason, out[-1500:])   # it took pid 1
     assert r.score == 0.0, r.reason
 
 
-def test_what_an_agent_leaves_for_its_verifier_is_gone_or_overwritten(docker, tmp_path):
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_what_an_agent_leaves_for_its_verifier_is_gone_or_overwritten(request, tmp_path, sandbox):
     """A link from the work dir into /tests (dangling while the agent works, the answer once the tests are copied in)
     is removed before the verifier; a read-only copy of the verifier's own checker in a read-only dir is overwritten
     by the verifier's `cp` (root's power over files, as Docker gives it); whatever it left in /tmp or /dev/shm is
-    gone."""
+    gone. In Harbor's environment (a writable root) also: /logs/verifier made a link to a planted reward.json, the
+    path the agent's last message is uploaded to made a link to the tests' test.sh, a process named to look like
+    the container's first one - none of it survives into the verifier."""
+    engine(request, sandbox)
+    plant = ("mkdir -p /x; echo '{\"reward\": 1}' > /x/reward.json; rm -rf /logs/verifier; ln -s /x /logs/verifier; "
+             "mkdir -p /run/harness-rl-verifier; ln -s /tests/test.sh /run/harness-rl-verifier/agent_output.txt; "
+             "cp /bin/sleep '/tmp/x) a b 1'; (setsid '/tmp/x) a b 1' 600 &); ")
     check = ('#!/bin/bash\ncp /tests/check.py "$WORKDIR/check.py"\ncmp -s "$WORKDIR/answer.txt" /tests/expected.txt '
              '&& python3 "$WORKDIR/check.py" > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n'
              'ls -A /tmp /dev/shm > "$LOGS_DIR/left"\n')
     files = {"expected.txt": "42\n", "check.py": "print(0)\n"}      # a checker that fails whatever is there
-    r, _ = _rollout(tmp_path, "ln -s /tests/expected.txt answer.txt; echo 'print(1)' > check.py; chmod 444 check.py; "
-                              "touch /tmp/planted /dev/shm/planted; chmod 555 .", test_sh=check, files=files)
+    r, _ = _rollout(tmp_path, plant + "ln -s /tests/expected.txt answer.txt; echo 'print(1)' > check.py; "
+                    "chmod 444 check.py; touch /tmp/planted /dev/shm/planted; chmod 555 .", test_sh=check, files=files,
+                    sandbox=sandbox)
     assert r.score == 0.0, r.reason
     r, _ = _rollout(tmp_path / "honest", "echo 42 > answer.txt; echo 'print(0)' > check.py; chmod 444 check.py",
-                    test_sh=check.replace("print(0)", "print(1)"), files={**files, "check.py": "print(1)\n"})
+                    test_sh=check.replace("print(0)", "print(1)"), files={**files, "check.py": "print(1)\n"},
+                    sandbox=sandbox)
     assert r.score == 1.0, r.reason                                  # the control: the same verifier can pass
 
 
@@ -353,6 +364,10 @@ def test_a_remote_harbor_type_gets_the_harness_uploaded_and_the_proxy_by_its_url
         HE.resolve_sandbox("harbor:modal", [], log=None)
     with pytest.raises(ValueError, match="one URL per trainer"):
         HE.resolve_sandbox("harbor:modal", [], log=None, proxy_url="https://a.example,https://b.example")
+    for kind, mode in (("modal", "no-network"), ("docker", "allowlist")):   # refused before anything starts
+        task = network_task(tmp_path / mode, mode)
+        with pytest.raises(ValueError, match=f"network_mode is.*{mode}"):
+            HE.resolve_sandbox(f"harbor:{kind}", [task], log=None, proxy_url="https://a.example")
     up = Upstream(command="echo never")
     r = asyncio.run(one(tmp_path, "mini", up, sandbox="harbor:docker", keep=True, public="http://127.0.0.1:9/x/"))
     box = tmp_path / "sandboxes" / r.id
