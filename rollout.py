@@ -130,7 +130,11 @@ class Proxy:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            await self._runner.cleanup()
+            raise ValueError(f"the guard proxy cannot listen on {host}:{port} (--proxy-port): {e.strerror}") from None
         self.url = f"http://{host}:{self._runner.addresses[0][1]}"
         # where the Unix sockets of agents in their own network namespace live (/tmp: a long $TMPDIR would pass
         # AF_UNIX's 108-byte limit)

@@ -194,7 +194,8 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     (["--temperature", "inf"], "--temperature"), (["--max-tokens", "5000", "--context", "4096"], "must be below --context"),
     (["--dashboard", "99999"], "--dashboard must be a port"), (["--dashboard", "-1"], "--dashboard must be a port"),
     (["--guard", "maybe"], "--guard must be on or off"), (["--kv-cache", "nan"], "--kv-cache must be a number >= 0"),
-    (["--kv-cache", "-1"], "--kv-cache must be a number >= 0"),
+    (["--kv-cache", "-1"], "--kv-cache must be a number >= 0"), (["--proxy-port", "0"], "--proxy-port must be a port"),
+    (["--proxy-port", "70000"], "--proxy-port must be a port"),
 ])
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
     import train as T
