@@ -320,16 +320,18 @@ async def check(task, type="docker", root=None, docker=None, image=None):
     (oracle's score, no-op's score, the seconds each environment took)."""
     root = Path(root or tempfile.mkdtemp(prefix="harness-rl-harbor-"))
     scores, secs = [], []
-    for k, solve in enumerate((True, False)):
-        t0 = time.monotonic()
-        b = Box(task, type, root / f"env{k}", docker=docker, image=image)
-        try:
-            await b.open()
-            scores.append((await b.verify(solve=solve)).score)
-        finally:
-            await b.close()
-        secs.append(time.monotonic() - t0)
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        for k, solve in enumerate((True, False)):
+            t0 = time.monotonic()
+            b = Box(task, type, root / f"env{k}", docker=docker, image=image)
+            try:
+                await b.open()
+                scores.append((await b.verify(solve=solve)).score)
+            finally:
+                await b.close()
+            secs.append(time.monotonic() - t0)
+    finally:           # a task whose environment failed leaves nothing here either
+        shutil.rmtree(root, ignore_errors=True)
     return scores[0], scores[1], secs
 
 
