@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import hmac
 import json
 import os
@@ -45,6 +46,7 @@ POLICY = "policy"
 MAX_CONNECTIONS = 32     # at once, per rollout, through its Unix socket (a harness keeps a few)
 WALL = 10                # a rollout's wall clock may reach 10x its agent timeout, waiting on the model included
 DISK_EVERY = 0.5         # seconds between two counts of a rollout's files on disk (past its bound: stopped)
+_DISK = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="disk-count")
 
 # why a rollout is ungraded (counted per step in metrics.jsonl and the progress line)
 UNGRADED = ("timeout", "harness", "server", "verifier", "setup", "cancelled")
@@ -507,8 +509,8 @@ async def _agent_clock(r: Rollout, proc, budget, wall, over_disk=None):
             exited.cancel()
             r.timed_out = not r.over_disk
             return None
-        if over_disk and (check is None or check.done()):
-            check = asyncio.ensure_future(asyncio.to_thread(over_disk))
+        if over_disk and (check is None or check.done()):     # threads of their own: not behind a verifier's
+            check = asyncio.get_running_loop().run_in_executor(_DISK, over_disk)
         done, _ = await asyncio.wait({exited}, timeout=min(max(left, 0.05), DISK_EVERY))
         if done:
             return exited.result()

@@ -937,15 +937,16 @@ BOMB = ("python3 -c \"import os, time\nn = 0\nfor i in range(400):\n    try:\n  
         "open('forks.txt', 'w').write(str(n))\"")
 HOG = "python3 -c \"x = bytearray(768 << 20); open('hog.txt', 'w').write('survived')\""
 FILLER = "dd if=/dev/zero of=big.bin bs=1M count=64 2>/dev/null; echo 42 > answer.txt"
-SCATTER = "for i in $(seq 400); do dd if=/dev/zero of=f$i bs=1M count=4 2>/dev/null; done; echo 42 > answer.txt"
+SCATTER = "for i in $(seq 400); do dd if=/dev/zero of=f$i bs=1M count=4 2>/dev/null; sleep 0.05; done; " \
+          "echo 42 > answer.txt"       # 1.6 GB over 20 s or more: past its bound long before its answer
 
 
 MISBEHAVE = {"honest": f"sleep 2; {SOLVE}", "bomb": BOMB, "hog": HOG, "filler": FILLER, "scatter": SCATTER}
 
 
 def scattered(r):
-    """The scatter agent (1.6 GB in 4 MB files) was stopped for its files' size (LIMITS' disk_mb: 32 here), graded
-    as left (its answer never written: 0)."""
+    """The scatter agent (1.6 GB in 4 MB files, 20 s or more) was stopped for its files' size (LIMITS' disk_mb: 32
+    here), graded as left (its answer never written: 0)."""
     return r.over_disk and not r.timed_out and r.score == 0.0 and "passed 32 MB on disk" in r.reason
 
 
