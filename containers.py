@@ -39,6 +39,7 @@ BASE = "harness-rl/debian:bookworm"          # the image every FROM falls back t
 SUITE = "bookworm"
 # per rollout, where a task is silent: bubblewrap's LIMITS, CPUs, /tmp, what a command may print into our logs
 DEFAULTS = dict(SB.LIMITS, cpus=1.0, tmp_mb=512, log_mb=64)
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"     # an image's PATH when it sets none
 BUILD_TIMEOUT = 1800
 WIPE = """import os, shutil, sys
 for n in os.listdir('/dev/shm'):
@@ -268,7 +269,7 @@ def search_path(image, d: Docker) -> str:
     """PATH in a container: the image's own first (its python3, its tools), then this Python's dir (a fallback
     `python3` for an image without one)."""
     env = dict(e.split("=", 1) for e in _config(image, d).get("Env") or [] if "=" in e)
-    return env.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") + ":" + \
+    return env.get("PATH", STD_PATH) + ":" + \
         os.path.dirname(sys.executable)
 
 

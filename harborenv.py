@@ -34,7 +34,6 @@ import sandbox as SB
 import taskenv as E
 
 WORKER = Path(__file__).resolve().parent / "harborworker.py"     # run by Harbor's venv
-STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TYPES = ("docker", "daytona", "modal", "e2b", "runloop", "gke", "podman")
 CHOICES = SB.SANDBOXES + tuple(f"harbor:{t}" for t in TYPES)         # --sandbox
 
@@ -177,7 +176,7 @@ class Box:
         await self.env.__aenter__()
         wd = (await self.env.exec("pwd", timeout=60))["stdout"].strip()
         self.workdir = wd if wd not in ("", "/") else "/app"
-        image_path = (await self.env.exec('printf %s "$PATH"', timeout=60))["stdout"].strip() or STD_PATH
+        image_path = (await self.env.exec('printf %s "$PATH"', timeout=60))["stdout"].strip() or CT.STD_PATH
         await self.env.exec(f"mkdir -p {shlex.join([self.workdir, RUN + '/bin', self.TMP, self.HOME])}", timeout=60,
                             user="root")
         if self.local:       # the image's PATH first (its python3, its tools), this Python's dir last
@@ -287,7 +286,7 @@ class Box:
         wrapped = f"{cmd} > {VER}/out.txt 2>&1; rc=$?; tail -c 20000 {VER}/out.txt; exit $rc"
         try:
             res = await self.env.exec(wrapped, timeout=max(1, int(timeout)), cwd=self.workdir,
-                                      env={**env, "PATH": self.path or STD_PATH})
+                                      env={**env, "PATH": self.path or CT.STD_PATH})
         except RuntimeError as e:
             if "timed out" not in str(e):
                 raise
