@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-import ggufread as GR
+import ggufread
 import hub as HUB
 import model as M
 from families import FAMILIES
@@ -372,17 +372,17 @@ def convert_gguf(gguf_path, out_dir) -> Path:
     folder `out_dir` (which must not exist yet). Returns out_dir."""
     path, out_dir = Path(os.path.expanduser(str(gguf_path))), Path(os.path.expanduser(str(out_dir)))
     try:
-        gguf, reader = GR.open_gguf(path)
-        cfg = GR.read_config(reader, path, {t.name for t in reader.tensors})
-        tokenizer, tok_config, ids = GR.build_tokenizer(reader, path)
+        gguf, reader = ggufread.open_gguf(path)
+        cfg = ggufread.read_config(reader, path, {t.name for t in reader.tensors})
+        tokenizer, tok_config, ids = ggufread.build_tokenizer(reader, path)
         tok_config["model_max_length"] = cfg["max_position_embeddings"]
         cfg.update(bos_token_id=ids["bos"], eos_token_id=ids["eos"],
                    pad_token_id=ids["padding"] if ids["padding"] is not None else ids["eos"])
         if tokenizer.get_vocab_size() > cfg["vocab_size"]:
-            raise GR.GGUFError(f"{path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, token_embd only "
+            raise ggufread.GGUFError(f"{path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, token_embd only "
                                f"{cfg['vocab_size']} rows")
-        tensors = GR.read_tensors(gguf, reader, path, cfg)
-    except GR.GGUFError as e:
+        tensors = ggufread.read_tensors(gguf, reader, path, cfg)
+    except ggufread.GGUFError as e:
         raise CheckpointError(str(e)) from None
     from safetensors.numpy import save_file
 
@@ -461,8 +461,8 @@ def fetch_gguf_model(name: str, cache=None) -> Path:
     if _complete(out):
         return out
     try:
-        GR.import_gguf(f"model {name!r}")     # before a download that could not be used
-    except GR.GGUFError as e:
+        ggufread.import_gguf(f"model {name!r}")     # before a download that could not be used
+    except ggufread.GGUFError as e:
         raise CheckpointError(str(e)) from None
     with _locked(models, name):
         if _complete(out):     # another process converted it while we waited

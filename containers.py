@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import sandbox as SB
-import taskenv as E
+import taskenv
 from suites import TaskError, cache_root
 
 BASE = "harness-rl/debian:bookworm"          # the image every FROM falls back to where no registry is reachable
@@ -276,7 +276,7 @@ def search_path(image, d: Docker) -> str:
 def resolve_sandbox(mode, tasks, shown=(), log=print):
     """taskenv.resolve_sandbox, and for docker the daemon started and every task's image built now (before a server
     starts, each once: a Dockerfile that does not build stops the run here, naming its task)."""
-    sandbox, warning = E.resolve_sandbox(mode, tasks, shown)
+    sandbox, warning = taskenv.resolve_sandbox(mode, tasks, shown)
     if sandbox == "docker":
         d, t0 = daemon(), time.monotonic()
         images = {task_image(t, d, quiet=log is None) for t in tasks}
@@ -424,19 +424,19 @@ def verify(task, b: Box, agent_output="", timeout=None):
     shutil.copytree(Path(task.path) / "tests", b.dir / "tests", dirs_exist_ok=True)
     with open(b.dir / "agent_output.txt", "w") as f:      # in place: the bind holds this inode
         f.write(agent_output or "")
-    extra = E.resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
-    env = E.base_env(b.VHOME) | E.task_env(task, extra) | {
+    extra = taskenv.resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
+    env = taskenv.base_env(b.VHOME) | taskenv.task_env(task, extra) | {
         "WORKDIR": b.workdir, "TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier", "AGENT_OUTPUT": b.OUT,
-        **E.pristine_python(b.VHOME)}
+        **taskenv.pristine_python(b.VHOME)}
     t = timeout or task.verifier_timeout
-    rc, timed_out, out, secs = E.run_logged(b.argv(["bash", "/tests/test.sh"], env), t, b.dir / "test-stdout.txt")
+    rc, timed_out, out, secs = taskenv.run_logged(b.argv(["bash", "/tests/test.sh"], env), t, b.dir / "test-stdout.txt")
     if timed_out:
         b.clear()
-        return E.Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
-    score, rewards, reason = E.read_reward(b.dir / "logs")
+        return taskenv.Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
+    score, rewards, reason = taskenv.read_reward(b.dir / "logs")
     if score is None:
         reason += f" (exit code {rc})"
-    return E.Result(score, reason, rewards, rc, secs, out)
+    return taskenv.Result(score, reason, rewards, rc, secs, out)
 
 
 def solve(task, d: Docker, root, timeout=None, name=None, run=True):
@@ -450,11 +450,11 @@ def solve(task, d: Docker, root, timeout=None, name=None, run=True):
                  mounts=[(sol, "/solution", False)])
     try:
         if not task.container.dockerfile:
-            b.copy_in(E.materialize(task, box_dir / "work"))
-        extra = E.resolve_env(task.config.get("solution", {}).get("env", {}), f"{task.path}/task.toml: [solution] env")
-        env = E.base_env(b.HOME) | E.task_env(task, extra) | {"SOLUTION_DIR": "/solution", "WORKDIR": b.workdir}
+            b.copy_in(taskenv.materialize(task, box_dir / "work"))
+        extra = taskenv.resolve_env(task.config.get("solution", {}).get("env", {}), f"{task.path}/task.toml: [solution] env")
+        env = taskenv.base_env(b.HOME) | taskenv.task_env(task, extra) | {"SOLUTION_DIR": "/solution", "WORKDIR": b.workdir}
         argv = b.argv(["bash", "/solution/solve.sh"] if run else ["true"], env)
-        rc, timed_out, out, _ = E.run_logged(argv, timeout or task.agent_timeout, box_dir / "solve.log")
+        rc, timed_out, out, _ = taskenv.run_logged(argv, timeout or task.agent_timeout, box_dir / "solve.log")
         return (None if timed_out else rc), verify(task, b)
     finally:
         b.close()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 import kvcache
-import lora as L
+import lora
 from chat import ChatFormat
 
 
@@ -328,7 +328,7 @@ class Engine:
         for name in list(self.removing):      # unload once no running request still uses it
             if all(r.adapter != name for r in self.active + list(self.held) + list(self.pending.queue)):
                 self.forget(name)
-                L.remove_adapter(self.model, name)
+                lora.remove_adapter(self.model, name)
                 self.removing.discard(name)
 
     def _fill(self):
@@ -419,7 +419,7 @@ class Engine:
             if req.cancelled or not self.running:
                 raise _Cancelled
             part = ids[s:s + self.prefill_chunk] if self.active else ids[s:]
-            L.set_adapter(self.model, req.adapter)      # (a decode step between chunks sets its rows' adapters)
+            lora.set_adapter(self.model, req.adapter)      # (a decode step between chunks sets its rows' adapters)
             hidden = self.model(torch.tensor([part], device=self.model.device), cache=cache, return_hidden=True)
             s += len(part)
             yield len(part)
@@ -466,7 +466,7 @@ class Engine:
         rows = [r.adapter for r in self.active]
         toks = torch.tensor([[r.out_ids[-1]] for r in self.active], device=self.model.device)
         try:
-            L.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
+            lora.set_adapter(self.model, rows[0] if len(set(rows)) == 1 else rows)
             drawn = self._sample(self.active, self.model(toks, cache=self.cache)[:, -1])
         except Exception as e:    # fail these requests, keep serving
             self._fail_active(f"decode failed: {e}")

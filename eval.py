@@ -28,20 +28,20 @@ import sys
 import time
 from pathlib import Path
 
-import checkpoint as C
-import harborenv as HE
+import checkpoint
+import harborenv
 import harnesses as H
 import hub
-import inference as I
-import lora as L
-import oracle as O
+import inference
+import lora
+import oracle
 import pool as PL
-import rollout as R
+import rollout
 import sandbox as SB
-import servers as SV
+import servers
 import tasks as T
 import tiny
-import warmstart as W
+import warmstart
 from chat import ChatFormat
 from rundir import mean_or_none
 from flags import validate
@@ -241,7 +241,7 @@ async def evaluate(args):
     # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
     # only the model's chat format
     path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
-        W.base_path, cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])
+        warmstart.base_path, cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in recipe.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
@@ -256,7 +256,7 @@ async def evaluate(args):
     out.mkdir(parents=True, exist_ok=True)
     names, ranks = {}, []
     for a in args.adapters:
-        ranks.append(L.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
+        ranks.append(lora.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
     # each adapter of a run in the harness it was trained in (--harness: all in that one); the base in each of them
     trainers = (manifest or {}).get("trainers") or {}
@@ -270,19 +270,19 @@ async def evaluate(args):
     harnesses = {h: H.get_harness(h) for h in kinds}
     for h in harnesses.values():
         await asyncio.to_thread(h.install)
-    sandbox, warning = HE.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
+    sandbox, warning = harborenv.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
                                                                for p in h.sandbox_paths()])   # before a server starts
     if warning:
         print(warning, file=sys.stderr, flush=True)
     proxies = []
     if args.oracle:     # the scripted model: the task's solution as tool calls, in --model's chat format
-        handle = O.start(ChatFormat.from_checkpoint(path), lambda rid: next(
+        handle = oracle.start(ChatFormat.from_checkpoint(path), lambda rid: next(
             (p.rollouts[rid] for p in proxies if rid in p.rollouts), None), waste=args.waste, reply=args.reply,
             seed=seed, sandbox=sandbox)
     else:   # vLLM: every adapter resident at once (the recipe evaluates 9 checkpoints in one job)
-        handle = I.start_server(args.server, path, name=args.model, context=cfg["context"], run_dir=out,
+        handle = inference.start_server(args.server, path, name=args.model, context=cfg["context"], run_dir=out,
                                 rank=max(ranks, default=None), max_loras=max(1, len(names)))
-    client = SV.Client(handle.url, handle.api_key)
+    client = servers.Client(handle.url, handle.api_key)
     results, pools = [], {}
     models = [*bases.values(), *names]
     # on the server, eval's adapters are eval-<name>: a trainer sharing the server names its versions <name>
@@ -296,7 +296,7 @@ async def evaluate(args):
         # One pool per model (the one the trainer uses): each task is a group of --samples rollouts, the
         # sessions split evenly; the reward is train.py's, with this recipe's numbers.
         for m in models:
-            proxy = R.Proxy(client, lambda m=m: (served[m], 0),
+            proxy = rollout.Proxy(client, lambda m=m: (served[m], 0),
                             {k: cfg[k] for k in ("temperature", "top_p", "max_tokens")}, guard=args.guard == "on")
             proxies.append(proxy)
             await proxy.start()
@@ -403,7 +403,7 @@ def main(argv=None):
         args.split = None
     try:
         asyncio.run(evaluate(args))
-    except (C.CheckpointError, L.AdapterError, T.TaskError, RuntimeError, ValueError) as e:
+    except (checkpoint.CheckpointError, lora.AdapterError, T.TaskError, RuntimeError, ValueError) as e:
         sys.exit(f"eval.py: {e}")
 
 

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpo as G
-import harborenv as HE
-import sandbox as SB
+import grpo
+import harborenv
+import sandbox
 
 def _int(lo):
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"an integer >= {lo}"
@@ -69,11 +69,11 @@ KNOBS = {
     "max_staleness": Knob("drop rollouts begun more than this many adapter versions ago", _int(0)),
     "bonus": Knob("reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)", _num(0)),
     "bonus_scale": Knob("tool calls at which the bonus reaches 0", _num(0, lo_open=True)),
-    "loss": Knob("the policy-gradient objective (grpo.LOSSES)", _registered(G.LOSSES)),
+    "loss": Knob("the policy-gradient objective (grpo.LOSSES)", _registered(grpo.LOSSES)),
     "advantage": Knob("the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
-                      _registered(G.ESTIMATORS)),
+                      _registered(grpo.ESTIMATORS)),
     "reduce": Knob("how the loss averages (grpo.REDUCTIONS): token, every trained token once; rollout, every "
-                   "rollout once (GRPO's 1/|o|)", _one_of(*G.REDUCTIONS)),
+                   "rollout once (GRPO's 1/|o|)", _one_of(*grpo.REDUCTIONS)),
     "tis_cap": Knob("C, the cap on the importance weight of --loss tis", _num(0, lo_open=True)),
     "eps_low": Knob("--loss clip: lower clip range", _num(0, 1, lo_open=True, hi_open=True)),
     "eps_high": Knob("--loss clip: upper clip range", _num(0, lo_open=True)),
@@ -127,10 +127,10 @@ def parse_args(argv=None, *, shared, recipes, doc):
                                            "--name under torchrun, whose own --run-path swallows --run")
     ap.add_argument("--runs", default="runs", help="where runs are written (default: %(default)s)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
-    ap.add_argument("--sandbox", default=None, choices=HE.CHOICES, metavar="{%s,harbor:TYPE}" % ",".join(SB.SANDBOXES),
+    ap.add_argument("--sandbox", default=None, choices=harborenv.CHOICES, metavar="{%s,harbor:TYPE}" % ",".join(sandbox.SANDBOXES),
                     help="auto (default): bubblewrap where it works here, else dir with a warning; bwrap: "
                          "isolated or an error; dir: no isolation; docker: a container per rollout; harbor:TYPE: "
-                         f"Harbor's own environments, TYPE one of {', '.join(HE.TYPES)} (docs/isolation.md)")
+                         f"Harbor's own environments, TYPE one of {', '.join(harborenv.TYPES)} (docs/isolation.md)")
     ap.add_argument("--proxy-url", help="harbor:TYPE elsewhere than here: the URL at which the sandboxes reach the "
                                         "guard proxy (a tunnel you run to --proxy-port), one per trainer, commas")
     ap.add_argument("--proxy-port", type=int, help="the port the guard proxy listens on, 127.0.0.1 (trainer i: "
@@ -159,7 +159,7 @@ def parse_args(argv=None, *, shared, recipes, doc):
     for k, knob in KNOBS.items():
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
         # --loss lists its names, each with its help, as registered in grpo.py (a loss added there shows here)
-        names = "".join(f"; {n}: {o.help}" for n, o in G.LOSSES.items()) if k == "loss" else ""
+        names = "".join(f"; {n}: {o.help}" for n, o in grpo.LOSSES.items()) if k == "loss" else ""
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
                         help=f"{knob.help}{names} {_d(k)}")
     return ap.parse_args(argv)

@@ -29,13 +29,13 @@ import time
 import uuid
 from pathlib import Path
 
-import containers as CT
-import sandbox as SB
-import taskenv as E
+import containers
+import sandbox
+import taskenv
 
 WORKER = Path(__file__).resolve().parent / "harborworker.py"     # run by Harbor's venv
 TYPES = ("docker", "daytona", "modal", "e2b", "runloop", "gke", "podman")
-CHOICES = SB.SANDBOXES + tuple(f"harbor:{t}" for t in TYPES)         # --sandbox
+CHOICES = sandbox.SANDBOXES + tuple(f"harbor:{t}" for t in TYPES)         # --sandbox
 
 
 # ----------------------------------------------------------------------------- our side
@@ -157,7 +157,7 @@ class Box:
     `socket` (relay.py serves it inside); elsewhere the harness is uploaded (node to RUN/bin), HOME uploaded, TMPDIR
     downloaded after, and the proxy is a URL the sandbox reaches. `open`, `copy_in`, `start` (the agent), `stop`,
     `verify`, `close`."""
-    HOME, TMP, OUT = SB.AGENT_HOME, SB.AGENT_TMP, f"{VER}/agent_output.txt"
+    HOME, TMP, OUT = sandbox.AGENT_HOME, sandbox.AGENT_TMP, f"{VER}/agent_output.txt"
 
     def __init__(self, task, type, box_dir, *, docker=None, image=None):
         self.task, self.type, self.dir, self.docker, self.image = task, type, Path(box_dir), docker, image
@@ -170,25 +170,25 @@ class Box:
         mounts = []
         if self.local:
             mounts = [(self.dir / "home", self.HOME, True), (self.dir / "tmp", self.TMP, True),
-                      *[(t, t, False) for t in CT._tools(tools)]] + ([(socket, relay, True)] if socket else [])
+                      *[(t, t, False) for t in containers._tools(tools)]] + ([(socket, relay, True)] if socket else [])
         self.env = Env(self.task, self.type, self.dir / "env", docker=self.docker, image=self.image, mounts=mounts,
-                       limits=CT.limits(self.task))
+                       limits=containers.limits(self.task))
         await self.env.__aenter__()
         wd = (await self.env.exec("pwd", timeout=60))["stdout"].strip()
         self.workdir = wd if wd not in ("", "/") else "/app"
-        image_path = (await self.env.exec('printf %s "$PATH"', timeout=60))["stdout"].strip() or CT.STD_PATH
+        image_path = (await self.env.exec('printf %s "$PATH"', timeout=60))["stdout"].strip() or containers.STD_PATH
         await self.env.exec(f"mkdir -p {shlex.join([self.workdir, RUN + '/bin', self.TMP, self.HOME])}", timeout=60,
                             user="root")
         if self.local:       # the image's PATH first (its python3, its tools), this Python's dir last
             self.path = f"{image_path}:{os.path.dirname(sys.executable)}"
             return self
         own = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-        for t in CT._tools([t for t in tools if str(t) not in own]):     # this Python stays here: the image's python3
+        for t in containers._tools([t for t in tools if str(t) not in own]):     # this Python stays here: the image's python3
             node = os.path.basename(t) == "node" and os.path.isfile(t)
             await self.env.request("upload_file" if os.path.isfile(t) else "upload_dir", wait=1800, source=t,
                                    target=f"{RUN}/bin/node" if node else t)
         node = os.path.dirname(os.path.realpath(shutil.which("node") or "/usr/bin/node"))    # outside the system
-        own_node = not any(node == d or node.startswith(d + "/") for d in SB.SYSTEM_DIRS)   # dirs: its own prefix
+        own_node = not any(node == d or node.startswith(d + "/") for d in sandbox.SYSTEM_DIRS)   # dirs: its own prefix
         self.path = f"{RUN}/bin:" + (f"{node}:" if own_node else "") + image_path
         return self
 
@@ -236,7 +236,7 @@ class Box:
         if self.local:
             await asyncio.to_thread(self.docker.cli, "restart", "-t", "0", *self.env.containers(), check=True,
                                     timeout=120)
-            await self.env.exec(shlex.join([sys.executable, "-I", "-c", CT.WIPE, self.workdir]), timeout=300,
+            await self.env.exec(shlex.join([sys.executable, "-I", "-c", containers.WIPE, self.workdir]), timeout=300,
                                 user="root")
             return
         await self.env.exec(f"kill -KILL -- -$(cat {RUN}/agent.pid) 2>/dev/null; true", timeout=60, user="root")
@@ -257,27 +257,27 @@ class Box:
                             timeout=120, user="root")
         if solve:
             await self.env.request("upload_dir", source=str(Path(task.path) / "solution"), target="/solution")
-            extra = E.resolve_env(task.config.get("solution", {}).get("env", {}),
+            extra = taskenv.resolve_env(task.config.get("solution", {}).get("env", {}),
                                   f"{task.path}/task.toml: [solution] env")
-            env = E.task_env(task, extra) | {"SOLUTION_DIR": "/solution", "WORKDIR": wd, "HOME": f"{VER}/home"}
+            env = taskenv.task_env(task, extra) | {"SOLUTION_DIR": "/solution", "WORKDIR": wd, "HOME": f"{VER}/home"}
             await self._run("bash /solution/solve.sh", env, task.agent_timeout, self.dir / "solve.log")
         (self.dir / "agent_output.txt").write_text(agent_output or "")
         await self.env.request("upload_dir", source=str(Path(task.path) / "tests"), target="/tests")
         await self.env.request("upload_file", source=str(self.dir / "agent_output.txt"), target=self.OUT)
-        extra = E.resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
-        env = E.task_env(task, extra) | {"WORKDIR": wd, "TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier",
+        extra = taskenv.resolve_env(task.config.get("verifier", {}).get("env", {}), f"{task.path}/task.toml: [verifier] env")
+        env = taskenv.task_env(task, extra) | {"WORKDIR": wd, "TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier",
                                          "AGENT_OUTPUT": self.OUT, "HOME": f"{VER}/home", "LANG": "C.UTF-8"}
         t = timeout or task.verifier_timeout
         rc, out, secs = await self._run("bash /tests/test.sh", env, t, self.dir / "test-stdout.txt")
         if rc is None:
-            return E.Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
+            return taskenv.Result(None, f"verifier timed out after {t:g}s", {}, None, secs, out)
         if not await self._small("/logs/verifier"):
-            return E.Result(None, f"/logs/verifier holds over {MAX_DOWNLOAD_MB} MB", {}, rc, secs, out)
+            return taskenv.Result(None, f"/logs/verifier holds over {MAX_DOWNLOAD_MB} MB", {}, rc, secs, out)
         logs = self.dir / "logs"
-        SB.rmtree(logs)
+        sandbox.rmtree(logs)
         await self.env.request("download_dir", source="/logs/verifier", target=str(logs))
-        score, rewards, reason = E.read_reward(logs)
-        return E.Result(score, reason + (f" (exit code {rc})" if score is None else ""), rewards, rc, secs, out)
+        score, rewards, reason = taskenv.read_reward(logs)
+        return taskenv.Result(score, reason + (f" (exit code {rc})" if score is None else ""), rewards, rc, secs, out)
 
     async def _run(self, cmd, env, timeout, log):
         """`cmd` with its output in a file of VER (its last 20 000 bytes come back) -> (exit code, or None when it
@@ -286,7 +286,7 @@ class Box:
         wrapped = f"{cmd} > {VER}/out.txt 2>&1; rc=$?; tail -c 20000 {VER}/out.txt; exit $rc"
         try:
             res = await self.env.exec(wrapped, timeout=max(1, int(timeout)), cwd=self.workdir,
-                                      env={**env, "PATH": self.path or CT.STD_PATH})
+                                      env={**env, "PATH": self.path or containers.STD_PATH})
         except RuntimeError as e:
             if "timed out" not in str(e):
                 raise
@@ -339,7 +339,7 @@ def resolve_sandbox(mode, tasks, shown=(), log=print, proxy_url=None, trainers=1
     is docker (else each task must bring environment/Dockerfile, built by the provider) and, for a remote type, the
     proxy's URL as the sandboxes reach it (`--proxy-url`)."""
     if not mode.startswith("harbor:"):
-        return CT.resolve_sandbox(mode, tasks, shown, log)
+        return containers.resolve_sandbox(mode, tasks, shown, log)
     kind = mode.partition(":")[2]
     if kind not in TYPES:
         raise ValueError(f"--sandbox harbor:TYPE: TYPE must be one of {', '.join(TYPES)}, got {kind!r}")
@@ -349,13 +349,13 @@ def resolve_sandbox(mode, tasks, shown=(), log=print, proxy_url=None, trainers=1
     # Harbor enforces an allowlist with a sidecar from Docker Hub (none reached here); a sandbox elsewhere reaches
     # the proxy only over the network
     barred = ("allowlist",) if kind in MOUNTS else ("allowlist", "no-network")
-    if bad := [t.name for t in tasks if E.network_mode(t) in barred]:
+    if bad := [t.name for t in tasks if taskenv.network_mode(t) in barred]:
         raise ValueError(f"--sandbox {mode}: {len(bad)} task(s) whose network_mode is "
                          f"{' or '.join(barred)} ({', '.join(bad[:3])}): "
                          + ("Harbor enforces an allowlist with an image from Docker Hub" if kind in MOUNTS else
                             "their agent would not reach the guard proxy at --proxy-url"))
     if kind in MOUNTS:
-        CT.resolve_sandbox("docker", tasks, shown, log)
+        containers.resolve_sandbox("docker", tasks, shown, log)
     else:
         if not proxy_url:
             raise ValueError(f"--sandbox {mode}: the sandboxes run elsewhere and reach the guard proxy by a URL: run "

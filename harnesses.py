@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import sandbox as SB
+import sandbox
 
 PROVIDER = "harness-rl"          # the provider name written into every harness config
 MARKER = ".installed"            # written last by install(): its presence means the install is complete
@@ -295,7 +295,7 @@ class Hermes(Harness):
     def succeeded(self, returncode, home, tmp):
         path = Path(tmp) / self.USAGE
         try:        # in the sandbox's tmp: no link, no FIFO, bounded (sandbox.read_untrusted)
-            usage = json.loads(SB.read_untrusted(path))
+            usage = json.loads(sandbox.read_untrusted(path))
             assert isinstance(usage, dict)
         except (OSError, ValueError, AssertionError) as e:
             return False, f"no readable usage file ({type(e).__name__}), exit code {returncode}"

@@ -21,10 +21,10 @@ import uuid
 
 from aiohttp import web
 
-import checkpoint as C
-import lora as L
+import checkpoint
+import lora
 from chat import ChatFormat
-import servers as SV
+import servers
 from engine import Engine, Request, RequestError, kv_budget
 from servers import MAX_BODY, ChatStream, Handle, new_key
 
@@ -70,11 +70,11 @@ class Server:
     def __init__(self, model_path, name=None, dtype=None, device=None, max_batch=64, max_model_len=None, model=None,
                  threads=None, api_key=None, kv_cache=0):
         self.api_key = api_key          # None: open (vLLM's default too); else every route but /health needs it
-        self.path = C.resolve_model(model_path)
+        self.path = checkpoint.resolve_model(model_path)
         self.name = name or str(model_path)
-        self.model = model if model is not None else C.load_model(self.path, dtype=dtype, device=device)
+        self.model = model if model is not None else checkpoint.load_model(self.path, dtype=dtype, device=device)
         if not hasattr(self.model, "lora_routing"):
-            L.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
+            lora.add_lora(self.model, adapters=())     # LoRA-ready from the start, no adapter yet (the base model)
         self.fmt = ChatFormat.from_checkpoint(self.path)
         self.engine = Engine(self.model, self.fmt, max_batch=max_batch, max_model_len=max_model_len, threads=threads,
                              kv_bytes=kv_budget(kv_cache, self.model.lm_head.weight.device))
@@ -128,8 +128,8 @@ class Server:
             raise RequestError(f"The lora adapter '{name}' has already been loaded. If you want to load the "
                                "adapter in place, set 'load_inplace' to True.")
         try:
-            await self.add_adapter(name, *await asyncio.to_thread(L.read_adapter, path), path)
-        except (L.AdapterError, OSError) as e:
+            await self.add_adapter(name, *await asyncio.to_thread(lora.read_adapter, path), path)
+        except (lora.AdapterError, OSError) as e:
             raise RequestError(f"load_lora_adapter: {e}") from None
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
@@ -147,7 +147,7 @@ class Server:
         the same name. Checked before anything is changed."""
         def add():
             # checked in full before the old weights go: a bad file leaves the old adapter serving
-            L.install_adapter(self.model, config, tensors, name, where=str(path or name), replace=True)
+            lora.install_adapter(self.model, config, tensors, name, where=str(path or name), replace=True)
             self.engine.forget(name)      # new weights under an old name: its stored prompts are stale
             self.engine.removing.discard(name)
             self.engine.adapters[name] = str(path)
@@ -353,7 +353,7 @@ def start_local(model_path, port=0, host="127.0.0.1", api_key="new", **kw) -> Ha
     """The embedded server in a background thread of this process (its own event loop). api_key: "new" (a
     random key, the default), a key, or None (open)."""
     srv = Server(model_path, api_key=new_key() if api_key == "new" else api_key, **kw)
-    port, stop = SV.serve_in_thread(srv.app(), host, port, "embedded-server", on_stop=srv.engine.stop)
+    port, stop = servers.serve_in_thread(srv.app(), host, port, "embedded-server", on_stop=srv.engine.stop)
     return Handle(f"http://{host}:{port}", stop, server=srv, api_key=srv.api_key)
 
 
@@ -368,9 +368,9 @@ def start_server(kind, model_path, *, name=None, context=None, run_dir="runs/ser
         return start_local(model_path, model=model, name=name, max_model_len=context, threads=threads, api_key=api_key,
                            kv_cache=kv_cache)
     if kind == "vllm":
-        return SV.start_vllm(model_path, run_dir, rank=rank, max_loras=max_loras, served_name=name,
+        return servers.start_vllm(model_path, run_dir, rank=rank, max_loras=max_loras, served_name=name,
                              max_model_len=context, gpus=gpus, memory=memory, api_key=api_key, **kw)
     url = kind.rstrip("/").removesuffix("/v1")
-    if not SV.healthy(url):
+    if not servers.healthy(url):
         raise RuntimeError(f"no healthy server at {url} (GET {url}/health failed)")
     return Handle(url, lambda: None, api_key=os.environ.get("HARNESS_RL_API_KEY"))

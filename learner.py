@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-import lora as L
-import parallel as P
+import lora
+import parallel
 
 
 class Learner:
@@ -23,8 +23,8 @@ class Learner:
         self.alone = alone          # this process only, even under torchrun (the warm start: rank 0's alone)
         self.base = base            # the base model's name in the adapter's config (PEFT's base_model_name_or_path)
         self.lock = lock            # shared by the learners of one base: set_adapter is the base's state
-        L.add_lora(model, rank=rank, alpha=alpha, adapters=(name,), seed=seed)
-        for p in L.lora_parameters(model, name):
+        lora.add_lora(model, rank=rank, alpha=alpha, adapters=(name,), seed=seed)
+        for p in lora.lora_parameters(model, name):
             p.requires_grad_(True)
         self.version, self.snap = 0, None
         self.attach(model)
@@ -32,7 +32,7 @@ class Learner:
     def attach(self, net):
         """Train through `net` (parallel.wrap's model: FSDP2 swaps the parameters for shards; one process: the
         model itself); the optimizer is built over the parameters as `net` holds them."""
-        self.net, self.params = net, L.lora_parameters(self.model, self.name)
+        self.net, self.params = net, lora.lora_parameters(self.model, self.name)
         self.opt = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=self.weight_decay)
 
     def update(self, micro_batches, loss_fn, num_tokens):
@@ -40,30 +40,30 @@ class Learner:
         something trained. loss_fn(learner, net, mb, num_tokens) -> (loss / num_tokens, stats), module-level (or a
         partial of one): under torchrun it travels to the other ranks. Returns (every rank's (loss, stats) per
         micro-batch on rank 0, grad norm or None: nothing changed)."""
-        L.set_adapter(self.model, self.name)
+        lora.set_adapter(self.model, self.name)
         self.model.train()
-        out, grad_norm = P.train_step(self.net, self.opt, self.params, micro_batches,
+        out, grad_norm = parallel.train_step(self.net, self.opt, self.params, micro_batches,
                                       lambda net, mb: loss_fn(self, net, mb, num_tokens), self.grad_clip, self.alone)
         self.model.eval()
         if grad_norm is not None:
             self.version += 1
             self.snap = self.snapshot()
         out = [(x.cpu(), {k: v.cpu() for k, v in st.items()}) for x, st in out]   # rank 0 unpickles them: CPU
-        return out if self.alone else P.gather(out), grad_norm
+        return out if self.alone else parallel.gather(out), grad_norm
 
     def snapshot(self):
         """(adapter config, tensors) of the live adapter, whole (every rank: FSDP2 gathers the shards)."""
-        config, tensors = L.snapshot(self.model, self.name, self.base)
-        if isinstance(self.net, P.FSDPModule):
-            tensors = P.adapter_state(self.net, self.name)
+        config, tensors = lora.snapshot(self.model, self.name, self.base)
+        if isinstance(self.net, parallel.FSDPModule):
+            tensors = parallel.adapter_state(self.net, self.name)
         return config, tensors
 
     def state(self):
         """Every rank; whole tensors (FSDP2's shards gathered): the same checkpoint at any world size."""
-        return {"version": self.version, "adapter": {i: P.whole(p.detach()).cpu() for i, p in enumerate(self.params)},
-                "optimizer": P.whole(self.opt.state_dict())}
+        return {"version": self.version, "adapter": {i: parallel.whole(p.detach()).cpu() for i, p in enumerate(self.params)},
+                "optimizer": parallel.whole(self.opt.state_dict())}
 
     def restore(self, st, version=None):
         """Every rank, from rank 0's copy of the checkpoint."""
         self.version = st.get("version", version)
-        P.load_whole(self.params, st["adapter"], self.opt, st["optimizer"])
+        parallel.load_whole(self.params, st["adapter"], self.opt, st["optimizer"])

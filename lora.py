@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import checkpoint as C
+import checkpoint
 from families import FAMILIES
 
 PREFIX = "base_model.model."
@@ -302,7 +302,7 @@ def write_adapter(dir, config, sd, texts=None):
     beside them ({"README.md": its model card}, hub.card)."""
     from safetensors.torch import save_file
 
-    with C.atomic_dir(dir, replace=True) as tmp:     # a crash leaves one complete copy
+    with checkpoint.atomic_dir(dir, replace=True) as tmp:     # a crash leaves one complete copy
         save_file({k: v.contiguous().cpu() for k, v in sd.items()}, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -317,7 +317,7 @@ def read_adapter(dir) -> tuple:
 
     dir = Path(dir)
     cf = dir / "adapter_config.json"
-    cfg = C.read_json(cf, AdapterError, "a PEFT LoRA adapter directory")
+    cfg = checkpoint.read_json(cf, AdapterError, "a PEFT LoRA adapter directory")
     for key, ok, want in (("peft_type", lambda v: v in ("LORA", None), "LORA"),
                           ("bias", lambda v: v in ("none", None), "none"),
                           ("use_dora", lambda v: not v, "false"),
@@ -419,11 +419,11 @@ def save_merged(model, base_dir, out_dir, adapter="default"):
     leaving the live model unchanged."""
     from safetensors.torch import save_file
 
-    base_dir, out_dir = C.resolve_model(base_dir), Path(out_dir)
+    base_dir, out_dir = checkpoint.resolve_model(base_dir), Path(out_dir)
     with torch.no_grad():
         merged = {f"{n}.weight": merged_weight(lin, adapter) for n, lin in lora_layers(model).items()}
-        sd = C.hf_state_dict(model, overrides=merged)
-    with C.atomic_dir(out_dir, replace=True) as tmp:
+        sd = checkpoint.hf_state_dict(model, overrides=merged)
+    with checkpoint.atomic_dir(out_dir, replace=True) as tmp:
         for f in base_dir.iterdir():
             if f.is_file() and not f.name.startswith("model") and f.suffix in (".json", ".jinja", ".txt", ".model"):
                 shutil.copy(f, tmp / f.name)

@@ -25,10 +25,10 @@ from pathlib import Path
 from aiohttp import web
 
 import pool as PL
-import rollout as R
+import rollout
 import sandbox as SB
-import servers as SV
-import taskenv as E
+import servers
+import taskenv
 import tasks as T
 from servers import MAX_BODY, Handle, new_key
 
@@ -77,9 +77,9 @@ def steps(task, sandbox="dir"):
                               f"({task.container.engine_only.split(': ', 1)[0]})")
         sandbox = SB.resolve_sandbox("auto")[0]
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-plan-") as tmp:
-        work = E.materialize(task, Path(tmp) / "work")
+        work = taskenv.materialize(task, Path(tmp) / "work")
         before = _files(work)
-        rc, out = E.run_oracle(task, work, sandbox=sandbox)
+        rc, out = taskenv.run_oracle(task, work, sandbox=sandbox)
         if rc != 0:
             raise T.TaskError(f"{task.path}/solution/solve.sh: exit code {rc} on a scratch copy: {out[-300:]}")
         after = _files(work)
@@ -149,7 +149,7 @@ def plan(task, useful, seed, waste=0, reply="file"):
 def _env_files(task):
     """The files a fresh work dir holds (under 64 kB), as the agent sees them."""
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-env-") as tmp:
-        return [k for k, v in _files(E.materialize(task, Path(tmp) / "work")).items() if len(v) < 64_000]
+        return [k for k, v in _files(taskenv.materialize(task, Path(tmp) / "work")).items() if len(v) < 64_000]
 
 
 # ----------------------------------------------------------------------------- a step in a harness's tool shapes
@@ -284,7 +284,7 @@ class OracleServer:
 def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
     """The oracle server in a background thread with its own event loop (like inference.start_local)."""
     srv = OracleServer(fmt, lookup, api_key=new_key(), **kw)
-    port, stop = SV.serve_in_thread(srv.app(), host, 0, "oracle-server")
+    port, stop = servers.serve_in_thread(srv.app(), host, 0, "oracle-server")
     return Handle(f"http://{host}:{port}", stop, api_key=srv.api_key)
 
 
@@ -301,8 +301,8 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
                    sandbox=sandbox, cheat=cheat)
-    client = SV.Client(handle.url, handle.api_key)
-    proxy = box["proxy"] = R.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
+    client = servers.Client(handle.url, handle.api_key)
+    proxy = box["proxy"] = rollout.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
                                    guard=not cheat if guard is None else guard)
     it, done = iter(tasks), []
     pool = PL.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",

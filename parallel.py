@@ -28,7 +28,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import lora as L
+import lora
 
 MODES = ("ddp", "fsdp")
 
@@ -288,11 +288,11 @@ def adapter_state(model, name) -> dict:
         for k, v in sd.items():
             module, _, rest = k.rpartition(".lora_")
             if rest in (f"A.{name}", f"B.{name}"):
-                out[f"{L.PREFIX}{module}.lora_{rest[0]}.weight"] = v
+                out[f"{lora.PREFIX}{module}.lora_{rest[0]}.weight"] = v
         return out if rank == 0 else {}
     if rank != 0:
         return {}
-    return {k: v.cpu().clone() for k, v in L.adapter_state(getattr(model, "module", model), name).items()}
+    return {k: v.cpu().clone() for k, v in lora.adapter_state(getattr(model, "module", model), name).items()}
 
 
 # ----------------------------------------------------------------------------- checkpoints at any world size

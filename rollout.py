@@ -32,11 +32,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-import containers as CT
-import harborenv as HE
+import containers
+import harborenv
 import sandbox as SB
 from servers import MAX_BODY, ChatStream
-import taskenv as E
+import taskenv
 from guard import guard_for
 
 CONTEXT_ERROR = "maximum context length"
@@ -363,20 +363,20 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             d.mkdir(parents=True, exist_ok=True)
         image = None        # docker: the task's image (built once per run) says where the work dir is
         if sandbox == "docker" or sandbox == "harbor:docker":
-            image = await asyncio.to_thread(CT.task_image, r.task, CT.daemon(), True)
+            image = await asyncio.to_thread(containers.task_image, r.task, containers.daemon(), True)
         if sandbox.startswith("harbor:"):      # Harbor's environment says it; the proxy by a socket where it is local
-            harbor = HE.Box(r.task, sandbox.partition(":")[2], box, docker=image and CT.daemon(), image=image)
+            harbor = harborenv.Box(r.task, sandbox.partition(":")[2], box, docker=image and containers.daemon(), image=image)
             if harbor.local:
                 socket_server, path = await proxy.open_socket(r)
             tools = SB.tool_paths([*harness.sandbox_paths(), RELAY])
             seen = (await harbor.open(tools, path if harbor.local else None, RELAY_SOCKET)).workdir
         else:
-            seen = CT.workdir(r.task, image, CT.daemon()) if image else E.workdir(r.task, work) if boxed else str(work)
+            seen = containers.workdir(r.task, image, containers.daemon()) if image else taskenv.workdir(r.task, work) if boxed else str(work)
         proxy.register(r, seen, seen_home, seen_tmp, private=[root])
         if (sandbox == "docker" or harbor is not None) and r.task.container.dockerfile:
             work.mkdir()           # its image holds the work dir
         else:
-            await asyncio.to_thread(E.materialize, r.task, work)
+            await asyncio.to_thread(taskenv.materialize, r.task, work)
         harness.prepare(home, work, tmp, proxy.base_url(r, remote=harbor is not None and not harbor.local), r.secret,
                         POLICY, max_tokens=max_tokens, context=context)
         launch = harness.launch(r.task.instruction, seen_home, seen, seen_tmp, r.id, POLICY)
@@ -388,33 +388,33 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
             await harbor.copy_in(work if any(work.iterdir()) else None)
             if not harbor.local:        # a remote sandbox runs the image's python3 (this one stays here)
                 argv = ["python3", *argv[1:]] if argv[0] == sys.executable else argv
-            proc = await harbor.start(relayed if harbor.local else argv, E.task_env(r.task) | env, launch.stdin,
+            proc = await harbor.start(relayed if harbor.local else argv, taskenv.task_env(r.task) | env, launch.stdin,
                                       timeout=wall * budget + 60)
         elif sandbox == "docker":          # its own container; the proxy through its socket, whatever its network
             socket_server, path = await proxy.open_socket(r)
             container = await asyncio.to_thread(
-                CT.Box.open, CT.daemon(), r.task, image, box, r.id, SB.tool_paths([*harness.sandbox_paths(), RELAY]),
-                offline=E.offline_task(r.task), mounts=[(path, RELAY_SOCKET, True)])
+                containers.Box.open, containers.daemon(), r.task, image, box, r.id, SB.tool_paths([*harness.sandbox_paths(), RELAY]),
+                offline=taskenv.offline_task(r.task), mounts=[(path, RELAY_SOCKET, True)])
             await asyncio.to_thread(container.copy_in, work)
-            argv = container.argv(relayed, E.task_env(r.task) | env, stdin=launch.stdin is not None)
+            argv = container.argv(relayed, taskenv.task_env(r.task) | env, stdin=launch.stdin is not None)
             env = None
         else:
-            E.refuse_dir(r.task, sandbox)
+            taskenv.refuse_dir(r.task, sandbox)
         if sandbox == "bwrap":
             SB.own(work, home, tmp)
             hide = SB.private_paths(Path(r.task.path).resolve().parent, root)
             mounts = [(work, seen, True), (home, seen_home, True), (tmp, seen_tmp, True)]
-            offline = E.offline_task(r.task) and proxy.socket_dir
+            offline = taskenv.offline_task(r.task) and proxy.socket_dir
             if offline:     # its own network namespace: its socket comes in, relay.py serves it at the proxy's port
                 socket_server, path = await proxy.open_socket(r)
                 mounts.append((path, RELAY_SOCKET, True))
                 argv = relayed
             argv = SB.bwrap_args([], SB.tool_paths([*harness.sandbox_paths(), RELAY]), hide, chdir=seen,
-                                 network=not offline, mounts=mounts, setenv=E.task_env(r.task)) + list(argv)
+                                 network=not offline, mounts=mounts, setenv=taskenv.task_env(r.task)) + list(argv)
         elif sandbox == "dir":
-            env = E.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
+            env = taskenv.task_env(r.task) | env         # no sandbox: the task's variables go to the harness itself
         if sandbox in ("bwrap", "dir"):       # (containers bound their own) a fork bomb, a memory hog, a huge file
-            bounds = E.limits(r.task)         # end it alone
+            bounds = taskenv.limits(r.task)         # end it alone
             argv = bounds.argv(argv)
         if harbor is None:
             proc = await _spawn(r, argv, work, env, box / "harness.log", launch.stdin)
@@ -443,9 +443,9 @@ async def run_rollout(r: Rollout, harness, proxy: Proxy, root, *, max_tokens, co
         elif harbor is not None:
             res = await harbor.verify(out)
         elif container is not None:
-            res = await asyncio.to_thread(CT.verify, r.task, container, out)
+            res = await asyncio.to_thread(containers.verify, r.task, container, out)
         else:
-            res = await asyncio.to_thread(E.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root])
+            res = await asyncio.to_thread(taskenv.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root])
         if not r.errors:
             r.score, r.reason = res.score, (f"{cut} (graded as left): " if stopped else "") + res.reason
             if res.score is None:

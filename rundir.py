@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-import checkpoint as C
+import checkpoint
 
 
 CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
@@ -24,7 +24,7 @@ def write_checkpoint(run_dir, state):
     """state as run_dir/checkpoint/state.pt, the one before kept (in case this one proves unreadable); renamed into
     place only once written, so a kill at any point leaves a whole one among CHECKPOINTS."""
     final, tmp, prev = (Path(run_dir) / d for d in CHECKPOINTS)
-    with C.atomic_dir(final, replace=True, keep=prev, tmp=tmp) as d:
+    with checkpoint.atomic_dir(final, replace=True, keep=prev, tmp=tmp) as d:
         torch.save(state, d / "state.pt")
 
 

@@ -16,8 +16,8 @@ import sys
 
 from aiohttp import web
 
-import checkpoint as C
-import lora as L
+import checkpoint
+import lora
 import tiny
 from inference import Server
 
@@ -66,17 +66,17 @@ def main(argv=None):
         try:
             srv = Server(path, name=args.served_model_name or args.model, max_batch=args.max_batch,
                          max_model_len=args.max_model_len, api_key=args.api_key, kv_cache=args.kv_cache)
-        except C.CheckpointError:
+        except checkpoint.CheckpointError:
             raise
         except (OSError, ValueError, KeyError) as e:    # e.g. a tokenizer file that does not parse
-            raise C.CheckpointError(f"model {args.model!r}: {path} is not a loadable checkpoint: {e}") from None
+            raise checkpoint.CheckpointError(f"model {args.model!r}: {path} is not a loadable checkpoint: {e}") from None
         for spec in args.lora:
             name, eq, lpath = spec.partition("=")
             if not (name and eq and lpath):
                 ap.error(f"--lora {spec!r}: expected NAME=PATH")
-            L.load_adapter(srv.model, lpath, adapter=name)
+            lora.load_adapter(srv.model, lpath, adapter=name)
             srv.engine.adapters[name] = lpath
-    except (C.CheckpointError, L.AdapterError) as e:
+    except (checkpoint.CheckpointError, lora.AdapterError) as e:
         sys.exit(f"serve.py: {e}")
     # Ctrl-C stops it whatever its parent left: SIGINT ignored (a background job) or blocked (seen under pytest)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from aiohttp import ClientConnectionError, ClientSession, ClientTimeout, TCPConnector, web
 
-import checkpoint as C
+import checkpoint
 import harnesses
-import lora as L
+import lora
 from families import FAMILIES
 
 MAX_BODY = 32 * 2**20       # the largest request body the embedded server and the proxy accept
@@ -112,7 +112,7 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
     16, 1 LoRA). served_name: another name for the base model (eval.py asks by --model). gpus: device indices
     (gpu_plan), tensor-parallel over all; memory: the fraction of each it may take. max_model_len is clamped to the
     checkpoint's max_position_embeddings (vLLM refuses more), saying so."""
-    config = C.read_config(C.resolve_model(model_path)) if model_type is None or max_model_len else None
+    config = checkpoint.read_config(checkpoint.resolve_model(model_path)) if model_type is None or max_model_len else None
     model_type = model_type or config.model_type
     max_model_len = max_model_len and vllm_context(config, max_model_len)
     if FAMILIES[model_type].vllm_tool_parser is None:
@@ -122,9 +122,9 @@ def vllm_command(model_path, port, rank=None, max_loras=None, model_type=None, m
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
            "--enable-auto-tool-choice", "--tool-call-parser", FAMILIES[model_type].vllm_tool_parser]
     if rank is not None:
-        max_rank = next((r for r in L.VLLM_RANKS if r >= rank), None)
+        max_rank = next((r for r in lora.VLLM_RANKS if r >= rank), None)
         if max_rank is None:
-            raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {L.VLLM_RANKS[-1]}")
+            raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {lora.VLLM_RANKS[-1]}")
         cmd += ["--max-lora-rank", str(max_rank)]
     if max_loras is not None:
         cmd += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
@@ -178,7 +178,7 @@ def start_vllm(model_path, run_dir, port=None, health_timeout=900, api_key="new"
     launcher, cpu = vllm_launcher(env.get("PATH"))
     cmd = launcher + cmd[2:]                    # `vllm serve MODEL ...` -> the launcher + MODEL ...
     if cpu:
-        if (kw.get("model_type") or C.read_config(C.resolve_model(model_path)).model_type) == "lfm2_moe":
+        if (kw.get("model_type") or checkpoint.read_config(checkpoint.resolve_model(model_path)).model_type) == "lfm2_moe":
             raise ValueError("vLLM's CPU build serves LFM2-MoE, but not with LoRA: its fused-MoE LoRA kernel needs "
                              "Triton on a GPU (the first request kills the engine). Use --server local, or vLLM on a "
                              "GPU")

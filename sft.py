@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import checkpoint as C
-import lora as L
+import checkpoint
+import lora
 import tiny
-import warmstart as W
+import warmstart
 from chat import ChatFormat
 
 
@@ -59,18 +59,18 @@ def main(argv=None):
     try:
         path = tiny.model_path(args.model)
         fmt = ChatFormat.from_checkpoint(path)
-        context = args.context or int(C.read_config(path).raw.get("max_position_embeddings", 4096))
-        demos, skipped = W.read_demonstrations(args.data, fmt, args.min_score, context)
+        context = args.context or int(checkpoint.read_config(path).raw.get("max_position_embeddings", 4096))
+        demos, skipped = warmstart.read_demonstrations(args.data, fmt, args.min_score, context)
         print(f"sft: {len(demos)} demonstrations from {', '.join(args.data)}" +
               (f" ({sum(d.rerendered for d in demos)} rendered anew in {args.model}'s format)" if any(
                   d.rerendered for d in demos) else "") +
               (f"; skipped {', '.join(f'{n} ({why})' for why, n in skipped.items())}" if skipped else ""), flush=True)
-        adapter, losses = W.train(path, demos, args.out, rank=args.rank, alpha=args.alpha, lr=args.lr,
+        adapter, losses = warmstart.train(path, demos, args.out, rank=args.rank, alpha=args.alpha, lr=args.lr,
                                   steps=args.steps, batch=args.batch, token_budget=args.token_budget,
                                   micro_batches=args.micro_batches, seed=args.seed, save_every=args.save_every,
                                   resume=args.resume, merged=args.merged, device=args.device,
                                   log=lambda s: print(s, flush=True))
-    except (W.DemoError, C.CheckpointError, L.AdapterError, FileNotFoundError) as e:
+    except (warmstart.DemoError, checkpoint.CheckpointError, lora.AdapterError, FileNotFoundError) as e:
         sys.exit(f"sft.py: {e}")
     print(f"sft: loss {losses[0]:.4f} -> {losses[-1]:.4f}; adapter {adapter}" +
           (f"; agentic base {args.merged} (train.py --model {args.merged})" if args.merged else ""))

@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import containers as CT
-import harborenv as HE
+import containers
+import harborenv
 import sandbox as SB
-import taskenv as E
+import taskenv
 from guard import RULES
 from suites import SUITES, TaskError, resolve_suites, task_dirs
 
@@ -49,7 +49,7 @@ class Task:
     guard: dict = field(default_factory=lambda: {"allow_rules": [], "allow_paths": [], "allow_hosts": []})
     tags: list = field(default_factory=list)
     config: dict = field(default_factory=dict)   # the whole task.toml
-    container: E.Container = field(default_factory=E.Container)   # environment/Dockerfile, as honoured
+    container: taskenv.Container = field(default_factory=taskenv.Container)   # environment/Dockerfile, as honoured
 
 
 @dataclass
@@ -105,7 +105,7 @@ def load_task(path) -> Task:
         raise TaskError(f"{toml_path}: [guard] has unknown keys {unknown}")
     guard["allow_hosts"] += [h for h in env.get("allowed_hosts", []) if h not in guard["allow_hosts"]]
     for key in ("verifier", "solution"):        # checked now (a ${VAR} not set here too), read when they run
-        E.resolve_env(table(key).get("env", {}), f"{toml_path}: [{key}] env")
+        taskenv.resolve_env(table(key).get("env", {}), f"{toml_path}: [{key}] env")
     suite = path.parent.name
     return Task(
         name=str(table("task").get("name") or path.name).rsplit("/", 1)[-1],     # Harbor's org/name: the name
@@ -119,7 +119,7 @@ def load_task(path) -> Task:
         guard=guard,
         tags=list(meta.get("tags", [])),
         config=cfg,
-        container=E.container(path, cfg),
+        container=taskenv.container(path, cfg),
     )
 
 
@@ -285,10 +285,10 @@ def _expected(task):
     """The files a fresh work dir should hold: environment/'s (Docker's own left out), or what the Dockerfile COPYs."""
     env = task.path / "environment"
     if not task.container.dockerfile:
-        return {rel for rel in _files(env) if rel not in E.DOCKER_FILES}
+        return {rel for rel in _files(env) if rel not in taskenv.DOCKER_FILES}
     out = set()
     for src, rel in task.container.copies:
-        files = {r for r in _files(src) if src != env or r not in E.DOCKER_FILES} if src.is_dir() else {""}
+        files = {r for r in _files(src) if src != env or r not in taskenv.DOCKER_FILES} if src.is_dir() else {""}
         out |= {os.path.normpath(os.path.join(rel, r)) for r in files}
     return out
 
@@ -321,7 +321,7 @@ def _check_task(task_dir, sandbox, stage):
         return _check_docker(task, stage, sandbox.partition(":")[2])
     if task.container.engine_only:
         fail(1, f"needs --sandbox docker: {task.container.engine_only}")
-    if sandbox == "bwrap" and (why := E.clash(task)):
+    if sandbox == "bwrap" and (why := taskenv.clash(task)):
         fail(1, why)
     if sandbox == "dir" and task.container.dockerfile:
         fail(1, f"{task.container.dockerfile}: a container task is checked under --sandbox bwrap only (its scripts use "
@@ -339,7 +339,7 @@ def _check_task(task_dir, sandbox, stage):
         tmp = Path(tmp)
         stage[0] = 2
         try:
-            work = E.materialize(task, tmp / "oracle")
+            work = taskenv.materialize(task, tmp / "oracle")
         except OSError as e:
             return [Failure(2, CHECKS[2], f"materialize failed: {e}")]
         env_files = _files(work)
@@ -348,25 +348,25 @@ def _check_task(task_dir, sandbox, stage):
             fail(2, f"work dir differs from what environment/ {'COPYs' if task.container.dockerfile else 'holds'}: "
                     f"{sorted(set(env_files) ^ expected)[:5]}")
         stage[0] = 3
-        rc, out = E.run_oracle(task, work, sandbox=sandbox)
+        rc, out = taskenv.run_oracle(task, work, sandbox=sandbox)
         after = _files(work)
         if rc != 0:
             fail(3, f"solve.sh {'timed out' if rc is None else f'exited {rc}'}: {out[-300:]}")
         def grade(w):
-            return E.verify(task, w, sandbox=sandbox)
+            return taskenv.verify(task, w, sandbox=sandbox)
         first, second = grade(work), grade(work)
         if first.score is None or abs(first.score - 1.0) > 1e-9:
             fail(3, f"oracle scored {first.score}: {first.reason} {first.output[-300:]}".strip())
         if (first.score, first.rewards) != (second.score, second.rewards):
             fail(5, f"oracle work dir graded {first.score} then {second.score}")
         stage[0] = 4
-        noop = E.materialize(task, tmp / "noop")
+        noop = taskenv.materialize(task, tmp / "noop")
         n1, n2 = grade(noop), grade(noop)
         if n1.score != 0.0:
             fail(4, f"no-op scored {n1.score}: {n1.reason}")
         if (n1.score, n1.rewards) != (n2.score, n2.rewards) and not any(f.check == 5 for f in fails):
             fail(5, f"no-op work dir graded {n1.score} then {n2.score}")
-        gone = E.materialize(task, tmp / "deleted")
+        gone = taskenv.materialize(task, tmp / "deleted")
         for p in gone.iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         d = grade(gone)
@@ -381,17 +381,17 @@ def _check_task(task_dir, sandbox, stage):
 def _check_docker(task, stage, harbor="") -> list[Failure]:
     """Under docker: its image builds (check 2), the oracle scores 1 (3) in two fresh containers alike (5), and
     an agent that does nothing 0 (4). harbor: the type of Harbor's environment to run both in instead."""
-    fails, d = [], CT.daemon() if harbor in ("", "docker") else None
+    fails, d = [], containers.daemon() if harbor in ("", "docker") else None
     stage[0] = 2
-    image = d and CT.task_image(task, d, quiet=True)
+    image = d and containers.task_image(task, d, quiet=True)
     stage[0] = 3
     if harbor:
         import asyncio
-        oracle, noop, _ = asyncio.run(HE.check(task, harbor, docker=d, image=image))
+        oracle, noop, _ = asyncio.run(harborenv.check(task, harbor, docker=d, image=image))
         return [Failure(3, CHECKS[3], f"oracle scored {oracle} in harbor:{harbor}")] * (oracle != 1.0) + \
             [Failure(4, CHECKS[4], f"no-op scored {noop} in harbor:{harbor}")] * (noop != 0.0)
     with tempfile.TemporaryDirectory(prefix="harness-rl-check-") as tmp:
-        (rc, first), (_, second) = CT.solve(task, d, tmp), CT.solve(task, d, tmp)
+        (rc, first), (_, second) = containers.solve(task, d, tmp), containers.solve(task, d, tmp)
         if rc != 0:
             fails.append(Failure(3, CHECKS[3], f"solve.sh {'timed out' if rc is None else f'exited {rc}'}"))
         if first.score is None or abs(first.score - 1.0) > 1e-9:
@@ -399,7 +399,7 @@ def _check_docker(task, stage, harbor="") -> list[Failure]:
         if (first.score, first.rewards) != (second.score, second.rewards):
             fails.append(Failure(5, CHECKS[5], f"oracle graded {first.score} then {second.score}"))
         stage[0] = 4
-        noop = CT.solve(task, d, tmp, run=False)[1]
+        noop = containers.solve(task, d, tmp, run=False)[1]
         if noop.score != 0.0:
             fails.append(Failure(4, CHECKS[4], f"no-op scored {noop.score}: {noop.reason}"))
     return fails
@@ -431,7 +431,7 @@ def main(argv=None):
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
     c.add_argument("dir", help="a task folder or a folder of them (e.g. data/)")
     c.add_argument("-j", "--workers", type=int, default=None, help="tasks checked at once (default: 2 x the CPU count)")
-    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + tuple(f"harbor:{t}" for t in HE.TYPES),
+    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + tuple(f"harbor:{t}" for t in harborenv.TYPES),
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py; "
                         "harbor:TYPE: in Harbor's own environment of that type, harborenv.py)")
     s = sub.add_parser("split", help="print the holdout manifest a run records (recipe.py's HOLDOUT table)")
@@ -439,9 +439,9 @@ def main(argv=None):
     s.add_argument("--seed", type=int, help="the split's seed, as train.py --seed (default: recipe.py's)")
     args = ap.parse_args(argv)
     if args.cmd == "split":     # the numbers are recipe.py's table (imported here: it brings torch, via grpo)
-        import recipe as RC
-        seed = RC.SHARED["seed"] if args.seed is None else args.seed
-        return print(json.dumps(split_manifest(load_tasks(args.dir), RC.HOLDOUT, seed), indent=1))      # exit status 0
+        import recipe
+        seed = recipe.SHARED["seed"] if args.seed is None else args.seed
+        return print(json.dumps(split_manifest(load_tasks(args.dir), recipe.HOLDOUT, seed), indent=1))      # exit status 0
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
     sandbox, warning = (args.sandbox, "") if args.sandbox.startswith("harbor:") else \

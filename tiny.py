@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-import checkpoint as C
+import checkpoint
 import families
 import model as M
 
@@ -262,7 +262,7 @@ def tiny_config(model_type="lfm3", vocab_size=512, **over) -> dict:
             c.update(layer_types=["full_attention"] * n, max_window_layers=n, sliding_window=None,
                      use_sliding_window=False)
     else:
-        C.parse_config({"model_type": model_type})    # raises the clear error
+        checkpoint.parse_config({"model_type": model_type})    # raises the clear error
     # without architectures vLLM resolves the checkpoint as a pooling model
     c["architectures"] = [families.FAMILIES[model_type].architecture]
     c.update(over)
@@ -278,7 +278,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
     tok = write_tiny_tokenizer(d, model_type)      # (creates d)
     cfg_d = tiny_config(model_type, vocab_size=tok["vocab_size"], bos_token_id=tok["bos_token_id"],
                         eos_token_id=tok["eos_token_id"], pad_token_id=tok["pad_token_id"], **config_overrides)
-    cfg = C.parse_config(cfg_d)
+    cfg = checkpoint.parse_config(cfg_d)
     g = torch.Generator().manual_seed(seed)
     model = M.CausalLM(cfg)
     with torch.no_grad():
@@ -286,7 +286,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
             if k == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
             t.copy_(_tiny_init(k, t.shape, g, embed=0.1 if model_type == "lfm2" else 0.3))
-    save_file({k: v.contiguous() for k, v in C.hf_state_dict(model).items()}, str(d / "model.safetensors"),
+    save_file({k: v.contiguous() for k, v in checkpoint.hf_state_dict(model).items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
@@ -316,22 +316,22 @@ def model_path(model, seed=0) -> Path:
     if model not in TINY_MODELS:
         p = Path(os.path.expanduser(model))
         if p.is_file() and p.suffix.lower() != ".gguf":
-            raise C.CheckpointError(f"model {model!r}: a file, not a checkpoint folder (config.json, safetensors, "
+            raise checkpoint.CheckpointError(f"model {model!r}: a file, not a checkpoint folder (config.json, safetensors, "
                                     "tokenizer) or a .gguf file")
         if not p.exists() and (model.startswith(("/", ".", "~")) or model.count("/") > 1):
-            raise C.CheckpointError(f"model {model!r}: no such folder")
-        if "/" not in model and not p.exists() and model not in {**C.MODEL_REPOS, **C.GGUF_MODELS, **C.UNPUBLISHED}:
-            raise C.CheckpointError(f"model {model!r}: not a checkpoint folder, a .gguf file, a known model ("
-                                    f"{', '.join([*TINY_MODELS, *C.MODEL_REPOS, *C.GGUF_MODELS])}) or a Hugging Face "
+            raise checkpoint.CheckpointError(f"model {model!r}: no such folder")
+        if "/" not in model and not p.exists() and model not in {**checkpoint.MODEL_REPOS, **checkpoint.GGUF_MODELS, **checkpoint.UNPUBLISHED}:
+            raise checkpoint.CheckpointError(f"model {model!r}: not a checkpoint folder, a .gguf file, a known model ("
+                                    f"{', '.join([*TINY_MODELS, *checkpoint.MODEL_REPOS, *checkpoint.GGUF_MODELS])}) or a Hugging Face "
                                     "repo id (org/name)")
-        return C.resolve_model(model)
-    path = C.cache_root() / f"tiny-{TINY_MODELS[model]}"
+        return checkpoint.resolve_model(model)
+    path = checkpoint.cache_root() / f"tiny-{TINY_MODELS[model]}"
     if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
         try:
-            with C.atomic_dir(path, replace=True) as tmp:
+            with checkpoint.atomic_dir(path, replace=True) as tmp:
                 write_tiny_checkpoint(tmp, TINY_MODELS[model], seed=seed)
         except OSError as e:
-            raise C.CheckpointError(f"model {model!r}: cannot write its tiny checkpoint to {path} ({e}); set "
+            raise checkpoint.CheckpointError(f"model {model!r}: cannot write its tiny checkpoint to {path} ({e}); set "
                                     "HARNESS_RL_CACHE to a writable directory") from None
     return path
 
@@ -342,5 +342,5 @@ if __name__ == "__main__":   # python tiny.py [model_type] [out_dir]: write one,
 
     mt = sys.argv[1] if len(sys.argv) > 1 else "lfm3"
     out = Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix=f"tiny-{mt}-"))
-    m = C.load_model(write_tiny_checkpoint(out, mt), device="cpu")
+    m = checkpoint.load_model(write_tiny_checkpoint(out, mt), device="cpu")
     print(f"{out}: a tiny {mt} checkpoint, {sum(p.numel() for p in m.parameters())} parameters")

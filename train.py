@@ -32,29 +32,29 @@ from pathlib import Path
 
 import torch
 
-import checkpoint as C
-import flags as F
-import grpo as G
-import harborenv as HE
-import harnesses as H
+import checkpoint
+import flags
+import grpo
+import harborenv
+import harnesses
 import hub
-import inference as I
-import lora as L
-import parallel as P
-import plan as PLAN
-import recipe as RC
+import inference
+import lora
+import parallel
+import plan
+import recipe
 import pool as PL
-import rollout as R
-import rundir as RD
+import rollout
+import rundir
 import sandbox as SB
-import servers as SV
+import servers
 import tasks as T
 import trackers
-import warmstart as W
+import warmstart
 from learner import Learner
 
 # the command line (flags.py) with the recipe's table (recipe.py)
-parse_args = functools.partial(F.parse_args, shared=RC.SHARED, recipes=RC.RECIPES, doc=__doc__)
+parse_args = functools.partial(flags.parse_args, shared=recipe.SHARED, recipes=recipe.RECIPES, doc=__doc__)
 
 
 # ----------------------------------------------------------------------------- one harness's trainer
@@ -77,7 +77,7 @@ class Trainer:
     def __init__(self, spec, learner, cfg, run_dir, tasks, client, server=None, report=lambda m: None):
         self.name, self.learner, self.cfg, self.run_dir = trainer_name(spec), learner, cfg, run_dir
         self.client, self.server, self.report = client, server, report   # server: the embedded one, in this process
-        self.harness = H.get_harness(spec.partition(":")[0])
+        self.harness = harnesses.get_harness(spec.partition(":")[0])
         self.step, self.cursor, self.served = 0, 0, None
         self.order = list(tasks)
         random.Random(f"{cfg['seed']}/{self.name}").shuffle(self.order)
@@ -106,14 +106,14 @@ class Trainer:
         if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside
             await self.server.add_adapter(name, config, tensors, path)
             self.writes = [w for w in self.writes if not w.done()]
-            self.writes.append(asyncio.ensure_future(asyncio.to_thread(L.write_adapter, path, config, tensors, texts)))
+            self.writes.append(asyncio.ensure_future(asyncio.to_thread(lora.write_adapter, path, config, tensors, texts)))
         else:                         # vLLM or a remote server: through the disk and its HTTP API
-            await asyncio.to_thread(L.write_adapter, path, config, tensors, texts)
+            await asyncio.to_thread(lora.write_adapter, path, config, tensors, texts)
             await self.client.load_adapter(name, path)
         self.served = v               # only now: no request ever names a version the server lacks
         self.loaded.append(v)
         for u in list(self.loaded):   # (unloading is off the hot path: the same HTTP call for every server)
-            if G.is_stale(u, v, self.cfg["max_staleness"]) and not self.proxy.in_use[version_name(self.name, u)]:
+            if grpo.is_stale(u, v, self.cfg["max_staleness"]) and not self.proxy.in_use[version_name(self.name, u)]:
                 self.loaded.remove(u)
                 await self.client.unload_adapter(version_name(self.name, u))
         self.sync_time = time.time() - t0
@@ -122,7 +122,7 @@ class Trainer:
         """The adapter's model card (hub.card): its base (the recipe model's Hub repo, unless a warm start made an
         agentic base of it), harness, the run's numbers and its last metrics line."""
         cfg, m = self.cfg, self.last
-        base = (not cfg.get("warm_start") and C.MODEL_REPOS.get(str(cfg["model"]))) or self.base or cfg["model"]
+        base = (not cfg.get("warm_start") and checkpoint.MODEL_REPOS.get(str(cfg["model"]))) or self.base or cfg["model"]
         progress = {"run": self.run_dir.name, "adapter version": self.version, "steps": self.step,
                     **({k: m[k] if not isinstance(m[k], float) else round(m[k], 4)
                         for k in ("reward", "pass_rate", "tool_calls", "blocked", "timed_out") if k in m} if m else {})}
@@ -138,9 +138,9 @@ class Trainer:
         with self.learner.lock:
             # under torchrun the micro-batches go to every rank (only what the loss reads: not the sequences)
             mbs = [dataclasses.replace(mb, sequences=[], shared=[]) for mb in packed.micro_batches]
-            loss_fn = functools.partial(policy_loss, temperature=self.cfg["temperature"], **RC.loss_settings(self.cfg))
-            out, grad_norm = P.call(self.learner.update, mbs, loss_fn, packed.loss_tokens)
-            stats = G.StepStats()
+            loss_fn = functools.partial(policy_loss, temperature=self.cfg["temperature"], **recipe.loss_settings(self.cfg))
+            out, grad_norm = parallel.call(self.learner.update, mbs, loss_fn, packed.loss_tokens)
+            stats = grpo.StepStats()
             for loss, st in out:
                 stats.add(loss, st)
             self.step += 1
@@ -149,11 +149,11 @@ class Trainer:
     def state(self, alone=False):
         """The learner's state (every rank, unless `alone`: rank 0's without the others) with the step and cursor."""
         return {"step": self.step, "cursor": self.cursor,
-                **(self.learner.state() if alone else P.call(self.learner.state))}
+                **(self.learner.state() if alone else parallel.call(self.learner.state))}
 
     def restore(self, st):
         self.step, self.cursor = st["step"], st["cursor"]
-        P.call(self.learner.restore, st, st["step"])     # every rank; a checkpoint older than versions: step
+        parallel.call(self.learner.restore, st, st["step"])     # every rank; a checkpoint older than versions: step
 
 
 def policy_loss(learner, net, mb, num_tokens, *, temperature, beta, **settings):
@@ -165,13 +165,13 @@ def policy_loss(learner, net, mb, num_tokens, *, temperature, beta, **settings):
     ref = None
     if beta:       # the base model's logprobs for the KL term: adapter off, no gradient
         with torch.no_grad():
-            L.set_adapter(model, None)
-            ref = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+            lora.set_adapter(model, None)
+            ref = grpo.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
                                    temperature=temperature)
-    L.set_adapter(model, learner.name)
-    logp = G.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
+    lora.set_adapter(model, learner.name)
+    logp = grpo.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
                             temperature=temperature)    # the server's sampling distribution
-    return G.grpo_loss(logp, old, adv, mask, num_tokens=num_tokens, beta=beta, **settings,
+    return grpo.grpo_loss(logp, old, adv, mask, num_tokens=num_tokens, beta=beta, **settings,
                        ref_logp=ref, fresh=ver == learner.version)   # sampled by these weights
 
 
@@ -190,27 +190,27 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
     #    (counted as pack counts it: a shared prompt once); while none has varied rewards, up to 4x as many, then an
     #    empty step (no_signal): a policy collapsed to one answer would otherwise stall the run.
     groups, candidates = [], list(tr.queue)                  # what did not fit the last step goes first
-    learnable, full = bool(tr.queue), G.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
+    learnable, full = bool(tr.queue), grpo.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
     while not groups or (not learnable and len(groups) < 4 * max_groups) or (len(groups) < max_groups and not full):
         g = await pool.next_group(stop, cfg["stall_timeout"])
         if g is None:
             return False
         groups.append(g)
-        if G.varied([r.reward for r in g.rollouts]):
+        if grpo.varied([r.reward for r in g.rollouts]):
             learnable = True
-            candidates += [s for r in g.rollouts if r.reward is not None for s in G.build_sequences(r.turns, 0.0, r.id)]
-            full = G.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
+            candidates += [s for r in g.rollouts if r.reward is not None for s in grpo.build_sequences(r.turns, 0.0, r.id)]
+            full = grpo.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
     # 2. Advantages, once collection is done: the run's estimator (grpo.ESTIMATORS); None: trains on nothing
-    advantages = G.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
+    advantages = grpo.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
     no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
     # 3. Each rollout's turns -> training sequences, token for token as the server returned them
     new = [s for g, adv in zip(groups, advantages) for r, a in zip(g.rollouts, adv) if a is not None
-           for s in G.build_sequences(r.turns, a, r.id, start_version=r.start_version)]
-    seqs = list(tr.queue) + (G.per_rollout(new) if cfg["reduce"] == "rollout" else new)
+           for s in grpo.build_sequences(r.turns, a, r.id, start_version=r.start_version)]
+    seqs = list(tr.queue) + (grpo.per_rollout(new) if cfg["reduce"] == "rollout" else new)
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
-    seqs, stale = G.drop_stale(seqs, tr.version, cfg["max_staleness"])
+    seqs, stale = grpo.drop_stale(seqs, tr.version, cfg["max_staleness"])
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
-    packed = G.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
+    packed = grpo.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
     tr.queue = packed.waiting
     t1 = time.time()
     # 6. Forward/backward + AdamW in a worker thread; the metrics line is written with the step's commit
@@ -221,10 +221,10 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
         t2 = time.time()
         m = {"trainer": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups),
              "rollouts": len(rollouts),
-             "reward": RD.mean_or_none([r.reward for r in graded]), "score": RD.mean_or_none([r.score for r in graded]),
-             "pass_rate": RD.mean_or_none([float(r.score == 1.0) for r in graded]),
-             "tool_calls": RD.mean_or_none([r.tool_calls for r in graded]),
-             "tool_calls_solved": RD.mean_or_none([r.tool_calls for r in graded if r.score == 1.0]),
+             "reward": rundir.mean_or_none([r.reward for r in graded]), "score": rundir.mean_or_none([r.score for r in graded]),
+             "pass_rate": rundir.mean_or_none([float(r.score == 1.0) for r in graded]),
+             "tool_calls": rundir.mean_or_none([r.tool_calls for r in graded]),
+             "tool_calls_solved": rundir.mean_or_none([r.tool_calls for r in graded if r.score == 1.0]),
              "blocked": sum(r.blocked for r in rollouts), "timed_out": sum(r.timed_out for r in graded),
              "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
                  r.failure or "other" for r in rollouts if r.reward is None)),
@@ -239,10 +239,10 @@ async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, eve
              # (--kv-cache), the most GiB it held
              "kv_preempted": tr.server.engine.preemptions if tr.server else None,
              "kv_peak_gb": tr.server.engine.kv_peak * tr.server.engine.kv_per_token / 2**30 if tr.server else None}
-        RD.append_metrics(tr.run_dir, m)
+        rundir.append_metrics(tr.run_dir, m)
         return m
     m = tr.last = await asyncio.to_thread(tr.optimize, packed, commit)
-    print(RD.progress(m), flush=True)
+    print(rundir.progress(m), flush=True)
     tr.report(m)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on
     if tr.version != tr.served:
@@ -258,7 +258,7 @@ def placement(cfg, local_rank):
     """(the server's GPUs, the trainers' GPUs, vLLM's share of its GPUs, this rank's device) - plan.place: vLLM on
     half the GPUs, the embedded server on one, the rest train; under torchrun rank r trains on the r-th training GPU
     (on its node)."""
-    serve_on, train_on, memory = PLAN.place(cfg, torch.cuda.device_count())
+    serve_on, train_on, memory = plan.place(cfg, torch.cuda.device_count())
     device = cfg.get("device") or (f"cuda:{train_on[local_rank]}" if len(train_on) > local_rank else
                                    f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     return serve_on, train_on, memory, device
@@ -290,18 +290,18 @@ def check_world(cfg, world):
 def build(cfg, path, device, names):
     """Every rank: the frozen base, one Learner (adapter + optimizer) per harness, the model wrapped for data
     parallelism (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process)."""
-    model, lock = C.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
+    model, lock = checkpoint.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
     model.gradient_checkpointing = cfg["recompute"] == "on"            # activation checkpointing (--recompute)
     learners = [Learner(model, trainer_name(n), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"], lock=lock,
                         weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"] + i,
                         base=str(cfg["model"])) for i, n in enumerate(names)]
     mode = None
-    if P.world() > 1:
+    if parallel.world() > 1:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         # auto: shard what leaves too little of one GPU for a micro-batch's activations (and optimizer state)
         big = model.lm_head.weight.is_cuda and weights > 0.4 * torch.cuda.get_device_properties(device).total_memory
         mode = "fsdp" if cfg.get("fsdp") == "on" or (cfg.get("fsdp", "auto") == "auto" and big) else "ddp"
-        net = P.wrap(model, mode)
+        net = parallel.wrap(model, mode)
         for learner in learners:
             learner.attach(net)
     return model, learners, mode
@@ -313,10 +313,10 @@ def follow(cfg, device):
     pool or file of their own; Ctrl-C is rank 0's to handle (it finishes the step, then releases them)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    if not (path := P.broadcast(None)):     # rank 0's base; None: it stopped before training (finished, refused)
+    if not (path := parallel.broadcast(None)):     # rank 0's base; None: it stopped before training (finished, refused)
         return
     names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
-    P.follow(build(cfg, Path(path), device, names)[1])
+    parallel.follow(build(cfg, Path(path), device, names)[1])
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -329,7 +329,7 @@ def save_checkpoint(run_dir, trainers, alone=False):
         with trainers[0].learner.lock:
             state = copy.deepcopy({"trainers": {t.name: t.state(alone) for t in trainers}, "rng": {
                 "torch": torch.get_rng_state(), "python": random.getstate()}})
-        RD.write_checkpoint(run_dir, state)
+        rundir.write_checkpoint(run_dir, state)
 
 
 def restore_checkpoint(st, trainers):
@@ -365,9 +365,9 @@ def open_run(cfg, resume):
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:        # e.g. --run under a file, or a folder it may not write: one line, nothing started
         raise SystemExit(f"train.py: cannot make the run folder {run_dir} (--runs / --run): {e.strerror or e}")
-    run_lock, st = RD.lock(run_dir), None       # a second train.py on it is refused
+    run_lock, st = rundir.lock(run_dir), None       # a second train.py on it is refused
     if resume:
-        st, where = RD.read_checkpoint(run_dir, names)
+        st, where = rundir.read_checkpoint(run_dir, names)
         at = {n: st["trainers"][n]["step"] for n in names}
         if all(s >= cfg["steps"] for s in at.values()):
             print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
@@ -376,8 +376,8 @@ def open_run(cfg, resume):
             return None, None, None
         steps = ", ".join(f"{n} step {s} -> {cfg['steps']}" for n, s in at.items())
         print(f"resuming {run_dir} from {where}/: {steps}; metrics.jsonl kept up to those steps", flush=True)
-    elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in RD.CHECKPOINTS):
-        raise RD.ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
+    elif (run_dir / "metrics.jsonl").exists() or any((run_dir / d).exists() for d in rundir.CHECKPOINTS):
+        raise rundir.ResumeError(f"{run_dir} already holds a run: --resume {run_dir} to continue it, or another --run name")
     (run_dir / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "resume_dir"},
                                                     indent=2, default=str) + "\n")
     return run_dir, run_lock, st
@@ -388,7 +388,7 @@ def training_tasks(cfg, run_dir, resume):
     (the training tasks, the held-out names)."""
     recorded = run_dir / "split.json"
     split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
-        T.split_manifest(T.load_tasks(cfg["suite"]), RC.HOLDOUT, cfg["seed"])
+        T.split_manifest(T.load_tasks(cfg["suite"]), recipe.HOLDOUT, cfg["seed"])
     tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
     if not tasks:         # else the pools would wait for groups that never come
         raise ValueError(f"no training task in {cfg['suite']} under its split ({recorded})")
@@ -407,12 +407,12 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
     if serve_on:
         print(f"GPUs: {'the embedded server on ' if local else 'vLLM on '}{serve_on}"
               f"{'' if local else f' (tensor parallel, {memory:.0%} of each)'}, training on "
-              f"{train_on if P.world() > 1 else device}", flush=True)
+              f"{train_on if parallel.world() > 1 else device}", flush=True)
     own = local and (mode == "fsdp" or torch.device(serve_dev) != torch.device(device))
-    return I.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
-                          model=C.load_model(path, device=serve_dev) if own else model, rank=cfg["rank"],
+    return inference.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
+                          model=checkpoint.load_model(path, device=serve_dev) if own else model, rank=cfg["rank"],
                           threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
-                          max_loras=len(names) * G.live_versions(cfg["max_staleness"]), gpus=serve_on,
+                          max_loras=len(names) * grpo.live_versions(cfg["max_staleness"]), gpus=serve_on,
                           memory=serve_on and memory,
                           api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new",
                           kv_cache=cfg["kv_cache"] or kv_cache)
@@ -421,15 +421,15 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
     fit: the run's pool.Fit (None: --sessions exactly). k: its index (its --proxy-port and --proxy-url)."""
-    tr.proxy = R.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
+    tr.proxy = rollout.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
-    tr.learner.snap = P.call(tr.learner.snapshot)
+    tr.learner.snap = parallel.call(tr.learner.snapshot)
     await tr.publish()
     await tr.proxy.start(port=cfg["proxy_port"] + k if cfg.get("proxy_port") else 0,
                          public=dict(enumerate((cfg.get("proxy_url") or "").split(","))).get(k))
     pool = PL.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
                          max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
-                         context=cfg["context"], reward=RC.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
+                         context=cfg["context"], reward=recipe.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
                          rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False), fit=fit)
     pool.start()
     return pool
@@ -450,34 +450,34 @@ async def run(cfg, resume=False, kv=None):
     # 2. The tasks, the harnesses and the sandbox: a refusal here leaves nothing running
     train_tasks, held_out = training_tasks(cfg, run_dir, resume)
     for n in names:
-        await asyncio.to_thread(H.get_harness(n.partition(":")[0]).install)
-    sandbox, warning = HE.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks, proxy_url=cfg.get("proxy_url"),
+        await asyncio.to_thread(harnesses.get_harness(n.partition(":")[0]).install)
+    sandbox, warning = harborenv.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks, proxy_url=cfg.get("proxy_url"),
                                           trainers=len(names))
     if warning:
         print(warning, file=sys.stderr, flush=True)
     # 3. The base (a warm start's agentic base, built first: one for every harness of the run), the learners, the server
-    path = await asyncio.to_thread(W.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
-    config = C.read_config(path)
+    path = await asyncio.to_thread(warmstart.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
+    config = checkpoint.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
-        kv = PLAN.check(cfg, config)
+        kv = plan.check(cfg, config)
     if cfg["server"] == "vllm":     # what vLLM serves is what the harnesses are told
-        cfg["context"] = max(cfg["max_tokens"] + 1, SV.vllm_context(config, cfg["context"]))
+        cfg["context"] = max(cfg["max_tokens"] + 1, servers.vllm_context(config, cfg["context"]))
     device = placement(cfg, 0)[3]
-    P.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
-    with P.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
+    parallel.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
+    with parallel.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
         model, learners, mode = build(cfg, path, device, names)
     if mode:
-        print(f"torchrun: {P.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
+        print(f"torchrun: {parallel.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
     handle = start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=kv)
-    client = SV.Client(handle.url, handle.api_key)
+    client = servers.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
                 for n, learner in zip(names, learners)]
     for t in trainers:
         t.base = str(path)
     if resume:
         restore_checkpoint(st, trainers)
-        dropped = RD.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
+        dropped = rundir.trim_metrics(run_dir / "metrics.jsonl", {t.name: t.step for t in trainers})
         if dropped:
             print(f"  dropped {dropped} metrics line(s) of steps after the checkpoint (they are trained again)")
     if not cfg.get("keep_sandboxes"):      # left behind by a killed run: no rollout is running now
@@ -521,8 +521,8 @@ async def run(cfg, resume=False, kv=None):
             await dash[0].wait()
         reporter.close()
         try:     # a step that failed half-way under torchrun: the others are stuck in it; DDP's rank 0 saves alone
-            if not P.broken() or mode == "ddp":
-                await asyncio.to_thread(save_checkpoint, run_dir, trainers, P.broken())
+            if not parallel.broken() or mode == "ddp":
+                await asyncio.to_thread(save_checkpoint, run_dir, trainers, parallel.broken())
         except Exception as e:
             print(f"train.py: no checkpoint at exit ({type(e).__name__}: {e}); --resume takes the last one",
                   file=sys.stderr)
@@ -535,7 +535,7 @@ async def run(cfg, resume=False, kv=None):
         await client.close()
         handle.stop()
         run_lock.close()
-    RD.summary(run_dir, {t.name: (t.step, run_dir / "adapters" / version_name(t.name, t.version)) for t in trainers},
+    rundir.summary(run_dir, {t.name: (t.step, run_dir / "adapters" / version_name(t.name, t.version)) for t in trainers},
                time.time() - t_start)
     if died:
         at = ", ".join(f"{t.name} step {t.step}" for t in trainers)
@@ -547,10 +547,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["dashboard"]:          # python train.py dashboard runs/a runs/b: finished runs, overlaid
         os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name("dashboard.py")), *argv[1:]])
-    rank, world, local = P.env()
+    rank, world, local = parallel.env()
     try:
         args = parse_args(argv)
-        cfg = RC.effective_config(args)
+        cfg = recipe.effective_config(args)
         if args.resume and world > 1 and not args.device:      # a one-process run's --device: torchrun places ranks
             cfg["device"] = None
         here = torch.cuda.is_available()
@@ -559,41 +559,41 @@ def main(argv=None):
             check_world(cfg, world)
             placement(cfg, local)      # GPUs this machine lacks: one line now, not a traceback later
         try:      # the plan from the model's config alone, before anything starts
-            config, source = PLAN.model_config(cfg["model"])
-        except C.CheckpointError:
+            config, source = plan.model_config(cfg["model"])
+        except checkpoint.CheckpointError:
             if args.plan:
                 raise
             config = None              # a model fetched first: run() plans once it is here
-        kv = config and PLAN.check(cfg, config, source + (f"; no GPU here: planned for {PLAN.GPU['name']}s"
+        kv = config and plan.check(cfg, config, source + (f"; no GPU here: planned for {plan.GPU['name']}s"
                                                           if plan_gpus else ""), gpus=plan_gpus, quiet=rank > 0)
         if args.plan:
             return
-    except (ValueError, C.CheckpointError) as e:
+    except (ValueError, checkpoint.CheckpointError) as e:
         sys.exit(f"train.py: {e}" if rank == 0 else 1)
     except SystemExit as e:          # under torchrun every rank finds the same mistake: rank 0 says it
         sys.exit(e.code if rank == 0 else 1)
     if args.resume:
         cfg["resume_dir"] = args.resume
     # followers wait in a collective while rank 0 waits up to stall_timeout for rollouts (or builds a warm start)
-    _, _, device = P.init(placement(cfg, local)[3], timeout=cfg["stall_timeout"] + 3600)
-    cfg = P.broadcast(cfg)           # rank 0's (its run name has a timestamp)
+    _, _, device = parallel.init(placement(cfg, local)[3], timeout=cfg["stall_timeout"] + 3600)
+    cfg = parallel.broadcast(cfg)           # rank 0's (its run name has a timestamp)
     if rank > 0:
         follow(cfg, device)
-        P.close()
-        return P.end()
+        parallel.close()
+        return parallel.end()
     error = None
     try:
         asyncio.run(run(cfg, resume=bool(args.resume), kv=kv))
-    except (C.CheckpointError, T.TaskError, RD.ResumeError, RuntimeError, ValueError) as e:
-        if not args.resume and not isinstance(e, RD.RunInUse):     # refused before its first step: no empty run left
-            RD.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
+    except (checkpoint.CheckpointError, T.TaskError, rundir.ResumeError, RuntimeError, ValueError) as e:
+        if not args.resume and not isinstance(e, rundir.RunInUse):     # refused before its first step: no empty run left
+            rundir.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
         error = f"train.py: {e}"
     finally:
-        if P.release():
-            P.close()
+        if parallel.release():
+            parallel.close()
         else:                        # failed inside a collective: the other ranks wait in it; torchrun stops them
             print("train.py: rank 0 failed in work done in lockstep; torchrun stops the other ranks", file=sys.stderr)
-    P.end(error)
+    parallel.end(error)
 
 
 if __name__ == "__main__":

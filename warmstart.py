@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-import checkpoint as C
-import grpo as G
+import checkpoint
+import grpo
 import guard
 import harnesses as H
-import lora as L
-import oracle as O
-import rollout as R
+import lora
+import oracle
+import rollout
 import tasks as T
 import tiny
 from chat import ChatFormat
@@ -63,7 +63,7 @@ def conversation_turns(fmt, messages, tools=None) -> list:
     for i, m in enumerate(messages):
         if m.get("role") == "assistant":
             completion = fmt.completion(messages[:i], m, tools)
-            turns.append(R.Turn(fmt.render(messages[:i], tools=tools), completion, [0.0] * len(completion), 0))
+            turns.append(rollout.Turn(fmt.render(messages[:i], tools=tools), completion, [0.0] * len(completion), 0))
     return turns
 
 
@@ -120,7 +120,7 @@ def read_demonstrations(paths, fmt, min_score=1.0, context=None):
         tools = (traj.get("agent") or {}).get("tool_definitions") or None
         messages = atif_messages(traj)
         first = [m for m in messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]]
-        recorded = [R.Turn(s["metrics"]["prompt_token_ids"], s["metrics"]["completion_token_ids"],
+        recorded = [rollout.Turn(s["metrics"]["prompt_token_ids"], s["metrics"]["completion_token_ids"],
                            [0.0] * len(s["metrics"]["completion_token_ids"]), 0) for s in agent]
         same = fmt.render(first, tools=tools) == recorded[0].prompt_ids
         try:
@@ -143,7 +143,7 @@ def nll_loss(learner, net, mb, num_tokens):
     trained-token count (so a step's micro-batches sum to the step's mean)."""
     head = learner.model.lm_head
     ids, pos, tgt, mask = (x.to(head.weight.device) for x in (mb.input_ids, mb.position_ids, mb.targets, mb.mask))
-    logp = G.token_logprobs(net(ids, pos, return_hidden=True), head.weight, tgt)
+    logp = grpo.token_logprobs(net(ids, pos, return_hidden=True), head.weight, tgt)
     return -(logp * mask).sum() / num_tokens, {}
 
 
@@ -160,7 +160,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
         raise DemoError("no demonstration to train on (all skipped, or none given)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model = C.load_model(base, device=device)
+    model = checkpoint.load_model(base, device=device)
     model.gradient_checkpointing = recompute
     learner = Learner(model, ADAPTER, rank=rank, alpha=alpha, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
                       seed=seed, lock=threading.Lock(), base=str(base), alone=True)   # under torchrun: rank 0's
@@ -172,7 +172,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
         learner.restore(st.get("learner", st))     # before the Learner: {"adapter": [...], "optimizer": ...}
         start, losses, rng = st["step"], st["losses"], st["rng"]
         log(f"sft: resuming from {ckpt} at step {start}")
-    seqs_of = [G.build_sequences(d.turns, 1.0, d.file) for d in demos]
+    seqs_of = [grpo.build_sequences(d.turns, 1.0, d.file) for d in demos]
     row = token_budget // micro_batches     # grpo.pack truncates a longer sequence to a row, so a prompt past it
     if lost := sum(not any(any(s.mask[1:row + 1]) for s in seqs) for seqs in seqs_of):     # trains nothing
         raise DemoError(f"{lost} of {len(demos)} demonstrations have no trained token in a row of {row} tokens "
@@ -184,7 +184,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
     for step in range(start, steps):
         pool = pools[step % len(pools)]
         pick = rng.sample(pool, min(batch, len(pool)))
-        packed = G.pack([s for i in pick for s in seqs_of[i]], token_budget, micro_batches)
+        packed = grpo.pack([s for i in pick for s in seqs_of[i]], token_budget, micro_batches)
         if packed.waiting:
             raise DemoError(f"{len(packed.waiting)} sequence(s) of a batch of {batch} do not fit --token-budget "
                             f"{token_budget}: lower --batch or raise --token-budget")
@@ -197,9 +197,9 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"learner": learner.state(), "step": step + 1, "losses": losses, "rng": rng}, tmp)
             os.replace(tmp, ckpt)
-    adapter = L.save_adapter(model, out / "adapter", adapter=ADAPTER, base_model_name_or_path=str(base))
+    adapter = lora.save_adapter(model, out / "adapter", adapter=ADAPTER, base_model_name_or_path=str(base))
     if merged:
-        L.save_merged(model, base, merged, adapter=ADAPTER)
+        lora.save_merged(model, base, merged, adapter=ADAPTER)
     ckpt.unlink(missing_ok=True)
     return adapter, losses
 
@@ -234,7 +234,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
     key = json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
-    path = C.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
+    path = checkpoint.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
     t0 = time.time()
@@ -242,12 +242,12 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         f"{f', {len(held_out)} held out excluded' if held_out else ''}) x {samples} oracle demonstrations "
         f"through {' and '.join(harnesses)}, up to {warm['waste']} redundant calls each, then SFT")
     fmt = ChatFormat.from_checkpoint(raw)
-    work = Path(C.cache_root()) / f".{path.name}.work"
+    work = Path(checkpoint.cache_root()) / f".{path.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     try:
         rollouts = []
         for h in harnesses:      # one after another: each harness's sessions get the whole machine
-            rollouts += asyncio.run(O.record(tasks, H.get_harness(h), fmt, work / h, samples=samples,
+            rollouts += asyncio.run(oracle.record(tasks, H.get_harness(h), fmt, work / h, samples=samples,
                                              sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                              waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
                                              cheat=warm.get("cheat", 0.0)))
@@ -261,7 +261,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
                 f"drawn with p = {warm['cheat']}, recorded with the guard off)")
         read = [read_demonstrations([work / h / "rollouts"], fmt, context=context) for h in harnesses]
         demos, skipped = [d for ds, _ in read for d in ds], sum((k for _, k in read), collections.Counter())
-        with C.atomic_dir(path, replace=True) as tmp:
+        with checkpoint.atomic_dir(path, replace=True) as tmp:
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
                   groups=[h for h, (ds, _) in zip(harnesses, read) for _ in ds] if len(harnesses) > 1 else None,

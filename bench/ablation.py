@@ -21,16 +21,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import guard as G  # noqa: E402
+import guard  # noqa: E402
 
 
 def per_version(run):
     """{version: row} from the post-hoc scan of a run's rollouts."""
     rows = defaultdict(lambda: {"n": 0, "attempted": 0, "rewarded": 0, "reward": 0.0, "passed": 0, "graded": 0})
-    for r in G.scan(sorted((Path(run) / "rollouts").rglob("*.json"))):
+    for r in guard.scan(sorted((Path(run) / "rollouts").rglob("*.json"))):
         row = rows[r["version"]]
         row["n"] += 1
-        hack = G.attempted(r)                           # a malformed call (declared-tool) is no attempt
+        hack = guard.attempted(r)                           # a malformed call (declared-tool) is no attempt
         row["attempted"] += hack
         row["rewarded"] += hack and (r["reward"] or 0) > 0
         if r["reward"] is not None:

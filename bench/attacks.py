@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import harnesses as H  # noqa: E402
-import oracle as O  # noqa: E402
+import harnesses  # noqa: E402
+import oracle  # noqa: E402
 import sandbox as SB  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
@@ -33,7 +33,7 @@ ATTACKS = json.loads((ROOT / "tests" / "attacks.json").read_text())
 
 
 def play(attacks, harness, fmt, out, guard, sandbox):
-    return asyncio.run(O.attack(attacks, harness, fmt, out, guard=guard, sandbox=sandbox))
+    return asyncio.run(oracle.attack(attacks, harness, fmt, out, guard=guard, sandbox=sandbox))
 
 
 def pays(result):
@@ -55,7 +55,7 @@ def main(argv=None):
               f"sandbox + verifier alone (guard off) / pay with guard, sandbox and verifier on")
         for name in a.harnesses.split(","):
             t0 = time.time()
-            harness = H.get_harness(name)
+            harness = harnesses.get_harness(name)
             on = play(attacks, harness, fmt, Path(tmp) / name / "on", True, a.sandbox)
             off = play(attacks, harness, fmt, Path(tmp) / name / "off", False, a.sandbox)
             rows = Counter()

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import containers as CT  # noqa: E402
-import harborenv as HE  # noqa: E402
-import harnesses as H  # noqa: E402
-import oracle as O  # noqa: E402
-import sandbox as SB  # noqa: E402
+import containers  # noqa: E402
+import harborenv  # noqa: E402
+import harnesses  # noqa: E402
+import oracle  # noqa: E402
+import sandbox  # noqa: E402
 import tasks as T  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
@@ -31,31 +31,31 @@ from chat import ChatFormat  # noqa: E402
 def images(d):
     print("(a) once per machine / per task image, seconds")
     t0 = time.monotonic()
-    made = d.cli("image", "inspect", CT.BASE).returncode == 0
-    CT.base_image(d, quiet=True)
-    print(f"    base image {CT.BASE:<28}{'(made before)' if made else f'{time.monotonic() - t0:9.1f}'}")
+    made = d.cli("image", "inspect", containers.BASE).returncode == 0
+    containers.base_image(d, quiet=True)
+    print(f"    base image {containers.BASE:<28}{'(made before)' if made else f'{time.monotonic() - t0:9.1f}'}")
     for t in T.load_tasks("docker"):
-        tag = CT.task_image(t, d, quiet=True)
+        tag = containers.task_image(t, d, quiet=True)
         d.cli("rmi", tag)
-        CT._SEEN.clear()
+        containers._SEEN.clear()
         t0 = time.monotonic()
-        CT.task_image(t, d, quiet=True)
+        containers.task_image(t, d, quiet=True)
         cold = time.monotonic() - t0
         t0 = time.monotonic()
-        CT.task_image(t, d, quiet=True)
+        containers.task_image(t, d, quiet=True)
         print(f"    {t.name:<20} cold build{cold:7.2f}   warm (cached tag){time.monotonic() - t0:7.3f}")
 
 
 def rollouts(harness, samples):
     tasks = T.load_tasks("toy")
     fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
-    boxes = [b for b, ok in (("bwrap", SB.bwrap_works()[0]), ("docker", True),
-                             ("harbor:docker", Path(HE.venv_python()).exists())) if ok]
+    boxes = [b for b, ok in (("bwrap", sandbox.bwrap_works()[0]), ("docker", True),
+                             ("harbor:docker", Path(harborenv.venv_python()).exists())) if ok]
     secs = {b: [] for b in boxes}
     for _ in range(samples):             # alternating, so that a drift in the machine's load falls on both
         for b in boxes:
             with tempfile.TemporaryDirectory() as tmp:
-                rs = asyncio.run(O.record(tasks, H.get_harness(harness), fmt, tmp, samples=1, sessions=1,
+                rs = asyncio.run(oracle.record(tasks, harnesses.get_harness(harness), fmt, tmp, samples=1, sessions=1,
                                           max_tokens=4096, context=131072, sandbox=b))
             assert all(r.score == 1.0 for r in rs), [(r.task.name, r.reason) for r in rs]
             secs[b] += [r.finished - r.started for r in rs]
@@ -67,12 +67,12 @@ def rollouts(harness, samples):
               f"({len(secs[b])} rollouts)")
     for b in boxes[1:] if boxes[0] == "bwrap" else ():
         print(f"    {b} / bwrap: {med[b] / med['bwrap']:.2f}x (+{med[b] - med['bwrap']:.2f} s)")
-    d = CT.daemon()
+    d = containers.daemon()
     ts = []
     for i in range(5):
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
-            CT.Box.open(d, tasks[0], CT.BASE, tmp, f"bench-{i}", SB.tool_paths()).close()
+            containers.Box.open(d, tasks[0], containers.BASE, tmp, f"bench-{i}", sandbox.tool_paths()).close()
         ts.append(time.monotonic() - t0)
     print(f"    a container's own start + removal (nothing run): median {statistics.median(ts):.2f} s")
 
@@ -83,10 +83,10 @@ def main():
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--only", choices=["a", "b"])
     args = ap.parse_args()
-    if SB.docker_missing():
-        sys.exit(f"bench/containers.py: {SB.docker_missing()}")
+    if sandbox.docker_missing():
+        sys.exit(f"bench/containers.py: {sandbox.docker_missing()}")
     t0 = time.monotonic()
-    d = CT.daemon()
+    d = containers.daemon()
     print(f"daemon {d.sock}: {'started' if d.owned else 'already running'} in {time.monotonic() - t0:.2f} s")
     if args.only in (None, "a"):
         images(d)

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import checkpoint as C  # noqa: E402
-import grpo as G  # noqa: E402
-import lora as L  # noqa: E402
+import checkpoint  # noqa: E402
+import grpo  # noqa: E402
+import lora  # noqa: E402
 import model as M  # noqa: E402
 import parallel as P  # noqa: E402
 from recipe import SHARED, loss_settings  # noqa: E402
@@ -65,12 +65,12 @@ def build(cfg, dev, rank, mode=None):
         for n, p in model.named_parameters():
             p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else torch.randn_like(p) * 0.02)
     model.to(torch.bfloat16).requires_grad_(False).eval()
-    L.add_lora(model, rank=rank, alpha=rank, adapters=("pi",), seed=0)
-    L.set_adapter(model, "pi")
-    for p in L.lora_parameters(model, "pi"):
+    lora.add_lora(model, rank=rank, alpha=rank, adapters=("pi",), seed=0)
+    lora.set_adapter(model, "pi")
+    for p in lora.lora_parameters(model, "pi"):
         p.requires_grad_(True)
     net = P.wrap(model, mode) if mode else model
-    params = L.lora_parameters(model, "pi")          # after wrapping: FSDP2's shards
+    params = lora.lora_parameters(model, "pi")          # after wrapping: FSDP2's shards
     return net, params, torch.optim.AdamW(params, lr=1e-5)
 
 
@@ -100,7 +100,7 @@ def main():
         dev = torch.device("cpu" if args.smoke else "cuda")
     shape = dict(LFM3_1_7B, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=16, intermediate_size=128, vocab_size=1000) if args.smoke else LFM3_1_7B
-    cfg = C.parse_config(dict(shape))
+    cfg = checkpoint.parse_config(dict(shape))
     rng = random.Random(0)
     seqs = []
     while sum(len(s) for s in seqs) < 2 * args.budget:     # groups of 8 rollouts of one prompt
@@ -108,10 +108,10 @@ def main():
         for _ in range(8):
             n = int(min(max(rng.lognormvariate(0, 0.8) * args.median, 500), args.budget // args.micro_batches))
             own = max(200, n - len(prompt))
-            seqs.append(G.Sequence(prompt + [rng.randrange(cfg.vocab_size) for _ in range(own)],
+            seqs.append(grpo.Sequence(prompt + [rng.randrange(cfg.vocab_size) for _ in range(own)],
                                    [0] * (len(prompt) + 200) + [1] * (own - 200), [-1.0] * (len(prompt) + own),
                                    rng.choice([-1.0, 1.0])))
-    packed = G.pack(seqs, args.budget, args.micro_batches)
+    packed = grpo.pack(seqs, args.budget, args.micro_batches)
     where = f"{torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}"
     if args.parallel:
         return parallel(args, cfg, dev, packed, where)
@@ -146,7 +146,7 @@ def main():
                   f"{base[ckpt] / t:>8.2f}x{first:>9.1f}", flush=True)
     if "flex" in kinds and not M._FLEX_FAILED:     # flex compiled with dynamic shapes: new lengths, no recompile
         model.fused, model.gradient_checkpointing = True, True
-        other = G.pack(sorted(seqs, key=lambda q: len(q.tokens) % 97), args.budget, args.micro_batches)
+        other = grpo.pack(sorted(seqs, key=lambda q: len(q.tokens) % 97), args.budget, args.micro_batches)
         sync()
         t = time.perf_counter()
         plain_step(model, opt, params, other, dev)
@@ -162,8 +162,8 @@ def loss_fn(model, packed, dev):
     """parallel.train_step's loss_fn: the forward through `net` (wrapped or not), the loss over the step."""
     def f(net, mb):
         h = net(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
-        logp = G.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
-        return G.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
+        logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
+        return grpo.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
                            num_tokens=packed.loss_tokens, **loss_settings(SHARED))
     return f
 

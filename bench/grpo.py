@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import grpo as G  # noqa: E402
+import grpo  # noqa: E402
 from rollout import Turn  # noqa: E402
 from recipe import SHARED, loss_settings  # noqa: E402
 
@@ -80,7 +80,7 @@ def bench_merge(args):
                 # the model generates up to and including its end-of-turn token; what follows is template text
                 end = next((k + 1 for k, tok in enumerate(completion) if tok in fmt.eos_token_ids), len(completion))
                 turns.append(Turn(prompt, completion[:end], [-0.5] * end, 0))
-            seqs = G.build_sequences(turns, 1.0)
+            seqs = grpo.build_sequences(turns, 1.0)
             merged = sum(len(s) for s in seqs)
             per_turn = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
             print(f"    {family:<10}{len(turns):>6}{len(seqs):>10}{merged:>12}{per_turn:>14}{per_turn / merged:>7.1f}x")
@@ -96,11 +96,11 @@ def bench_pack(args):
         while sum(len(s) for s in queue) < 2 * args.budget:      # sessions keep finishing in groups of 8
             for _ in range(8):
                 n = int(min(max(rng.lognormvariate(0, 0.8) * args.median, 300), 60000))
-                s = G.Sequence([0] * n, [0] + [1] * (n - 1), [0.0] * n, 1.0, rollout=str(arrivals))
+                s = grpo.Sequence([0] * n, [0] + [1] * (n - 1), [0.0] * n, 1.0, rollout=str(arrivals))
                 born[s.rollout] = step
                 queue.append(s)
                 arrivals += 1
-        p = G.pack(queue, args.budget, args.micro_batches)
+        p = grpo.pack(queue, args.budget, args.micro_batches)
         fills.append(p.fill)
         truncated += p.truncated
         for mb in p.micro_batches:
@@ -123,7 +123,7 @@ def _logp_child(kind, args, q):
     if kind == "naive":
         logp = torch.log_softmax((h @ w.t()).float(), -1).gather(-1, t[:, None])[:, 0]
     else:
-        logp = G.token_logprobs(h, w, t, chunk=args.chunk)
+        logp = grpo.token_logprobs(h, w, t, chunk=args.chunk)
     logp.sum().backward()
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -175,12 +175,12 @@ def tree_step(rng, turns, groups=2, k=8, prompt=600, completion=48, tool=150, vo
                 tokens += toks(completion)
                 mask += [1] * completion
             old = [-1.0 * m for m in mask]
-            seqs.append(G.Sequence(tokens, mask, old, rng.uniform(-1, 1), rollout=f"{g}-{i}"))
+            seqs.append(grpo.Sequence(tokens, mask, old, rng.uniform(-1, 1), rollout=f"{g}-{i}"))
     return seqs
 
 
 def bench_tree(args):
-    import lora as L
+    import lora
     from checkpoint import load_model
     from tiny import write_tiny_checkpoint
 
@@ -193,9 +193,9 @@ def bench_tree(args):
         models += [(m, m) for m in args.model or []]
         for name, path in models:
             model = load_model(path, dtype=torch.float32, device=args.device)
-            L.add_lora(model, rank=16, alpha=32, adapters=("p",), seed=0)
-            L.set_adapter(model, "p")
-            for p in L.lora_parameters(model, "p"):
+            lora.add_lora(model, rank=16, alpha=32, adapters=("p",), seed=0)
+            lora.set_adapter(model, "p")
+            for p in lora.lora_parameters(model, "p"):
                 p.requires_grad_(True)
             model.train()
             vocab = min(model.config.vocab_size, 30000)
@@ -205,8 +205,8 @@ def bench_tree(args):
                 q = 1024 * args.micro_batches
                 budget = max(args.tree_budget, -(-int(need * 1.15) // q) * q)
                 res = {}
-                for share in (None, G.MIN_SHARED):
-                    p = G.pack(seqs, budget, args.micro_batches, min_shared=share)
+                for share in (None, grpo.MIN_SHARED):
+                    p = grpo.pack(seqs, budget, args.micro_batches, min_shared=share)
                     assert not p.waiting, "the step does not fit"
                     best = float("inf")
                     for _ in range(args.repeats):
@@ -215,15 +215,15 @@ def bench_tree(args):
                         for mb in p.micro_batches:
                             dev = lambda x: x.to(args.device)   # noqa: E731
                             h = model(dev(mb.input_ids), dev(mb.position_ids), return_hidden=True)
-                            logp = G.token_logprobs(h, model.lm_head.weight, dev(mb.targets))
-                            loss, _ = G.grpo_loss(logp, dev(mb.old_logp), dev(mb.advantages), dev(mb.mask),
+                            logp = grpo.token_logprobs(h, model.lm_head.weight, dev(mb.targets))
+                            loss, _ = grpo.grpo_loss(logp, dev(mb.old_logp), dev(mb.advantages), dev(mb.mask),
                                                   num_tokens=p.loss_tokens, **loss_settings(SHARED))
                             loss.backward()
                         if args.device.startswith("cuda"):
                             torch.cuda.synchronize()
                         best = min(best, time.perf_counter() - t0)
                     res[share] = (p.tokens, best)
-                (t_off, s_off), (t_on, s_on) = res[None], res[G.MIN_SHARED]
+                (t_off, s_off), (t_on, s_on) = res[None], res[grpo.MIN_SHARED]
                 print(f"    {Path(str(name)).name[:23]:<24}{label:<22}{t_off:>11}{t_on:>7}{t_off / t_on:>6.1f}x"
                       f"{s_off:>8.2f}{s_on:>7.2f}{s_off / s_on:>7.1f}x")
             del model

@@ -50,16 +50,16 @@ def reset_peak():
 
 
 def child(impl, ckpt, args, q):
-    import checkpoint as C
-    import lora as L
+    import checkpoint
+    import lora
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     dev, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     targets = list(FAMILIES["lfm3"].lora_targets)
     if impl.startswith("ours"):
-        m = C.load_model(ckpt, dtype=dtype, device=dev)
-        L.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
-        L.set_adapter(m, "default")
+        m = checkpoint.load_model(ckpt, dtype=dtype, device=dev)
+        lora.add_lora(m, rank=args.rank, alpha=args.rank, seed=0)
+        lora.set_adapter(m, "default")
         if args.grad_ckpt:
             m.gradient_checkpointing = True
     else:
@@ -81,15 +81,15 @@ def child(impl, ckpt, args, q):
                 p.copy_(0.01 * torch.randn(p.shape, generator=g))
     m.train()
     gen = torch.Generator().manual_seed(0)
-    V = C.read_config(ckpt).vocab_size
+    V = checkpoint.read_config(ckpt).vocab_size
     ids = torch.randint(0, V, (1, args.seq), generator=gen).to(dev)
     tgt = torch.randint(0, V, (args.seq,), generator=gen).to(dev)
 
     def step():
         if impl == "ours, training path":     # what train.py runs: hidden states + fused chunked log-probs
-            import grpo as G
+            import grpo
             h = m(ids, return_hidden=True)
-            (-G.token_logprobs(h, m.lm_head.weight, tgt[None]).mean()).backward()
+            (-grpo.token_logprobs(h, m.lm_head.weight, tgt[None]).mean()).backward()
         else:
             out = m(ids)
             logits = out.logits if hasattr(out, "logits") else out

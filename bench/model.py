@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import checkpoint as C  # noqa: E402
+import checkpoint  # noqa: E402
 
 PRESETS = {   # LFM3 layer pattern (conv, conv, full, conv, sliding, conv, ...)
     "cpu": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
@@ -74,7 +74,7 @@ def main():
         ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn, dtype=dtype)
     with tempfile.TemporaryDirectory() as tmp:
         ref.save_pretrained(tmp)
-        ours = C.load_model(tmp, dtype=dtype, device=dev)
+        ours = checkpoint.load_model(tmp, dtype=dtype, device=dev)
     ref.train()
     ours.train().requires_grad_(True)
     if args.grad_ckpt:

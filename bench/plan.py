@@ -20,19 +20,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import checkpoint as C  # noqa: E402
-import grpo as G  # noqa: E402
-import lora as L  # noqa: E402
+import checkpoint  # noqa: E402
+import grpo  # noqa: E402
+import lora  # noqa: E402
 import model as M  # noqa: E402
-import plan as PLAN  # noqa: E402
+import plan  # noqa: E402
 import tiny  # noqa: E402
 
 SHAPES = {
     "tiny": None,                       # the tiny checkpoint's own config (tiny.model_path)
     "lfm3-small": dict(vocab_size=8192, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                        num_key_value_heads=2, head_dim=64, intermediate_size=1536, sliding_window=256,
-                       layer_types=PLAN._lfm3_layers(8)),
-    "LFM3-1.7B": PLAN.SHAPES["LFM3-1.7B"][1],
+                       layer_types=plan._lfm3_layers(8)),
+    "LFM3-1.7B": plan.SHAPES["LFM3-1.7B"][1],
 }
 CPU_ROWS = [("tiny", 8192, "off"), ("tiny", 32768, "off"), ("tiny", 8192, "on"), ("tiny", 32768, "on"),
             ("lfm3-small", 4096, "off"), ("lfm3-small", 4096, "on")]
@@ -41,8 +41,8 @@ GPU_ROWS = CPU_ROWS + [("LFM3-1.7B", 16384, "on"), ("LFM3-1.7B", 8192, "off")]
 
 def config_of(shape):
     if SHAPES[shape] is None:
-        return C.read_config(tiny.model_path("tiny"))
-    return C.parse_config(tiny.tiny_config("lfm3", **SHAPES[shape]))
+        return checkpoint.read_config(tiny.model_path("tiny"))
+    return checkpoint.parse_config(tiny.tiny_config("lfm3", **SHAPES[shape]))
 
 
 def status(key):
@@ -58,20 +58,20 @@ def measure(shape, tokens, recompute, device, rank):
         model = M.CausalLM(config).to(dtype)
     for p in model.parameters():
         p.requires_grad_(False)
-    L.add_lora(model, rank=rank, alpha=2 * rank, adapters=("a",), seed=0)
-    for p in L.lora_parameters(model, "a"):
+    lora.add_lora(model, rank=rank, alpha=2 * rank, adapters=("a",), seed=0)
+    for p in lora.lora_parameters(model, "a"):
         p.requires_grad_(True)
-    L.set_adapter(model, "a")
+    lora.set_adapter(model, "a")
     model.train()
     model.gradient_checkpointing = recompute == "on"
     ids = torch.randint(0, config.vocab_size, (1, tokens + 1), device=dev)
 
     def step(n):
         hidden = model(ids[:, :n], torch.arange(n, device=dev)[None], return_hidden=True)
-        G.token_logprobs(hidden, model.lm_head.weight, ids[:, 1:n + 1]).sum().backward()
+        grpo.token_logprobs(hidden, model.lm_head.weight, ids[:, 1:n + 1]).sum().backward()
 
     step(min(tokens, 512))                 # kernels and caches set up outside the measured step
-    for p in L.lora_parameters(model, "a"):
+    for p in lora.lora_parameters(model, "a"):
         p.grad = torch.zeros_like(p)       # the gradients' buffers exist before the step, as in training
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -89,7 +89,7 @@ def measure(shape, tokens, recompute, device, rank):
 def planned(shape, tokens, recompute, device, rank):
     config = config_of(shape)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    return PLAN.activations(config, tokens, rank, dtype, recompute == "on")[0]
+    return plan.activations(config, tokens, rank, dtype, recompute == "on")[0]
 
 
 def main():

@@ -25,11 +25,11 @@ import aiohttp
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import harnesses as H  # noqa: E402
-import pool as PL  # noqa: E402
-import rollout as R  # noqa: E402
+import harnesses  # noqa: E402
+import pool  # noqa: E402
+import rollout  # noqa: E402
 import sandbox as SB  # noqa: E402
-import servers as SV  # noqa: E402
+import servers  # noqa: E402
 import tiny  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
@@ -77,12 +77,12 @@ async def load(urls_and_keys, requests):
 
 async def overhead(args):
     runner, up = await null_upstream()
-    client = SV.Client(up)
-    proxy = R.Proxy(client, lambda: ("m", 0))
+    client = servers.Client(up)
+    proxy = rollout.Proxy(client, lambda: ("m", 0))
     await proxy.start()
     tmp = Path(tempfile.mkdtemp())
     task = type("Task", (), {"guard": {}, "name": "bench"})()
-    rollouts = [R.Rollout(task, "bench") for _ in range(args.sessions)]
+    rollouts = [rollout.Rollout(task, "bench") for _ in range(args.sessions)]
     for r in rollouts:
         proxy.register(r, tmp / r.id)
     await load([(proxy.base_url(rollouts[0]), rollouts[0].secret)], 5)          # warm-up
@@ -104,17 +104,17 @@ async def overhead(args):
 async def first_request(name, sandbox="dir"):
     seen = {}
     runner, up = await null_upstream(seen)
-    client = SV.Client(up)
-    proxy = R.Proxy(client, lambda: ("m", 0))
+    client = servers.Client(up)
+    proxy = rollout.Proxy(client, lambda: ("m", 0))
     await proxy.start()
-    harness = H.get_harness(name)
+    harness = harnesses.get_harness(name)
     await asyncio.to_thread(harness.install, None, True)
     with tempfile.TemporaryDirectory() as tmp:
         box = Path(tmp)
         work, home, t = box / "work", box / "home", box / "tmp"
         for d in (work, home, t):
             d.mkdir()
-        r = R.Rollout(type("Task", (), {"guard": {}, "name": "bench"})(), name)
+        r = rollout.Rollout(type("Task", (), {"guard": {}, "name": "bench"})(), name)
         proxy.register(r, work)
         # measured up to the first request: max_tokens and context do not matter here
         harness.prepare(home, work, t, proxy.base_url(r), r.secret, "policy", max_tokens=256, context=8192)
@@ -146,13 +146,13 @@ async def session_cost(name, samples=2, waste=4):
     sandbox: CPU seconds of the session's own processes (harness, sandbox, verifier: pool.others_cpu, read between
     sessions), fitted as start-up + per turn (least squares over the sessions), and the machine's peak memory in use
     above its start (run it on an idle machine)."""
-    import oracle as O
+    import oracle
     import tasks as T
     from chat import ChatFormat
     tasks = T.load_tasks("toy") * samples
     rows, mark = [], [None]
 
-    children = PL.others_cpu       # the machine's busy time less this process's (the oracle server's): keep it idle
+    children = pool.others_cpu       # the machine's busy time less this process's (the oracle server's): keep it idle
 
     def log(g):
         now = children()
@@ -168,11 +168,11 @@ async def session_cost(name, samples=2, waste=4):
             await asyncio.sleep(0.05)
     with tempfile.TemporaryDirectory() as tmp:
         fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
-        await asyncio.to_thread(H.get_harness(name).install, None, True)
+        await asyncio.to_thread(harnesses.get_harness(name).install, None, True)
         base, peak = used(), [0.0]
         watcher = asyncio.ensure_future(watch(peak))
         mark[0] = children()
-        await O.record(tasks, H.get_harness(name), fmt, tmp, samples=1, sessions=1, max_tokens=4096, context=131072,
+        await oracle.record(tasks, harnesses.get_harness(name), fmt, tmp, samples=1, sessions=1, max_tokens=4096, context=131072,
                        waste=waste, log=log)
         watcher.cancel()
     n, sx, sy = len(rows), sum(t for t, _ in rows), sum(c for _, c in rows)
@@ -193,7 +193,7 @@ def main():
     if args.cost_of:
         n, cpu, start, turn, turns, peak = asyncio.run(session_cost(args.cost_of))
         print(f"    {args.cost_of:<10}{n:>9}{cpu:>8.2f}{start:>9.2f}{turn:>9.3f}{turns:>7.1f}{peak:>10.0f}"
-              f"{str(H.get_harness(args.cost_of).cost):>14}")
+              f"{str(harnesses.get_harness(args.cost_of).cost):>14}")
         return
     if args.only in (None, "a"):
         asyncio.run(overhead(args))

@@ -52,13 +52,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import checkpoint as C  # noqa: E402
-import engine as E  # noqa: E402
-import kvcache as KV  # noqa: E402
-import lora as L  # noqa: E402
+import checkpoint  # noqa: E402
+import engine  # noqa: E402
+import kvcache  # noqa: E402
+import lora  # noqa: E402
 from families import FAMILIES  # noqa: E402
 import model as M  # noqa: E402
-import servers as SV  # noqa: E402
+import servers  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
 
@@ -129,9 +129,9 @@ def write_checkpoint(d, shape, dtype, seed=0):
                              torch_dtype=str(dtype).removeprefix("torch."))
     g = torch.Generator().manual_seed(seed)
     with torch.device("meta"):     # shapes only: the weights are drawn straight in `dtype`, no fp32 copy
-        model = M.CausalLM(C.parse_config(cfg_d))
+        model = M.CausalLM(checkpoint.parse_config(cfg_d))
     sd = {k: torch.ones(v.shape, dtype=dtype) if k.endswith("norm.weight") else
-          (0.02 * torch.randn(v.shape, generator=g)).to(dtype) for k, v in C.hf_state_dict(model).items()}
+          (0.02 * torch.randn(v.shape, generator=g)).to(dtype) for k, v in checkpoint.hf_state_dict(model).items()}
     save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     (d / "done").touch()
@@ -141,7 +141,7 @@ def write_checkpoint(d, shape, dtype, seed=0):
 def write_adapters(ckpt, out, seed=0):
     """HARNESSES x VERSIONS random rank-32 PEFT adapters a<h>-v<v> on every target layer of `ckpt` (B non-zero,
     so each changes the output). Returns {name: dir}."""
-    out, cfg = Path(out), C.read_config(ckpt)
+    out, cfg = Path(out), checkpoint.read_config(ckpt)
     with torch.device("meta"):
         shapes = {n: (m.in_features, m.out_features) for n, m in M.CausalLM(cfg).named_modules()
                   if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in FAMILIES[cfg.model_type].lora_targets
@@ -159,9 +159,9 @@ def write_adapters(ckpt, out, seed=0):
                 continue
             sd = {}
             for n, (i, o) in shapes.items():
-                sd[f"{L.PREFIX}{n}.lora_A.weight"] = torch.randn(RANK, i, generator=g) / math.sqrt(i)
-                sd[f"{L.PREFIX}{n}.lora_B.weight"] = 0.02 * torch.randn(o, RANK, generator=g)
-            L.write_adapter(name, config, sd)
+                sd[f"{lora.PREFIX}{n}.lora_A.weight"] = torch.randn(RANK, i, generator=g) / math.sqrt(i)
+                sd[f"{lora.PREFIX}{n}.lora_B.weight"] = 0.02 * torch.randn(o, RANK, generator=g)
+            lora.write_adapter(name, config, sd)
     return names
 
 
@@ -250,7 +250,7 @@ async def request(http, url, headers, msgs, max_tokens, adapter, st):
 
 async def drive(url, api_key, plan, args, adapters, pgid):
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    client = SV.Client(url, api_key)
+    client = servers.Client(url, api_key)
     for name, path in adapters.items():
         await client.load_adapter(name, path)
     await client.close()
@@ -349,9 +349,9 @@ class Peak(threading.Thread):
 
 def child(args):
     """`--child CKPT`: our server in this process until stdin closes; `mem` on stdin answers the allocator's peak."""
-    import inference as S
+    import inference
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    h = S.start_local(args.child, dtype=dtype, device=args.device, max_batch=max(64, args.sessions), api_key=None,
+    h = inference.start_local(args.child, dtype=dtype, device=args.device, max_batch=max(64, args.sessions), api_key=None,
                       max_model_len=max_len(args.load), kv_cache=args.kv_cache)
     print(json.dumps({"url": h.url}), flush=True)
     for line in sys.stdin:
@@ -384,7 +384,7 @@ def start_ours(ckpt, args, work):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-    return SV.Handle(json.loads(line)["url"], stop, process=proc)
+    return servers.Handle(json.loads(line)["url"], stop, process=proc)
 
 
 def run_one(kind, ckpt, args, work, plan):
@@ -393,7 +393,7 @@ def run_one(kind, ckpt, args, work, plan):
     base = gpu_used_mib() if args.device == "cuda" else 0.0
     t0 = time.time()
     if kind == "vllm":
-        h = SV.start_vllm(ckpt, work, rank=RANK, max_loras=HARNESSES * VERSIONS, api_key=None,
+        h = servers.start_vllm(ckpt, work, rank=RANK, max_loras=HARNESSES * VERSIONS, api_key=None,
                           max_model_len=max_len(args.load),
                           memory=args.vllm_memory if args.device == "cuda" else None)
     else:
@@ -414,7 +414,7 @@ def run_one(kind, ckpt, args, work, plan):
         peak.on = False
         h.stop()
     ttft = sorted(st.ttft) or [float("nan")]
-    return dict(server=kind, model=C.read_config(ckpt).model_type, shape=Path(ckpt).name, start_s=start_s,
+    return dict(server=kind, model=checkpoint.read_config(ckpt).model_type, shape=Path(ckpt).name, start_s=start_s,
                 tokens=st.tokens, seconds=args.seconds, tokens_per_s=st.tokens / args.seconds, requests=st.done,
                 ttft_p50=statistics.median(ttft), ttft_p90=ttft[int(0.9 * (len(ttft) - 1))],
                 prompt_mean=statistics.mean(st.prompt) if st.prompt else float("nan"), peak_gib=mem, cpu_s=cpu_s,
@@ -429,9 +429,9 @@ def decode_steps(ckpt, args, work):
     in 3 rounds of blocks so a noisy machine hits every setting alike; one untimed step before each block."""
     adapters = write_adapters(ckpt, Path(work) / "adapters" / Path(ckpt).name)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    m = C.load_model(ckpt, dtype=dtype, device=args.device)
+    m = checkpoint.load_model(ckpt, dtype=dtype, device=args.device)
     for name, d in adapters.items():
-        L.load_adapter(m, d, adapter=name)
+        lora.load_adapter(m, d, adapter=name)
     names, B = list(adapters), args.sessions
     cache = m.new_cache(B, 600)
     cache.lengths[:] = torch.randint(200, 400, (B,), generator=torch.Generator().manual_seed(0))
@@ -445,7 +445,7 @@ def decode_steps(ckpt, args, work):
     for _ in range(3):
         for k, rows in settings.items():
             for i in range(args.repeats // 3 + 1):
-                L.set_adapter(m, rows(i))      # per step, as the engine does
+                lora.set_adapter(m, rows(i))      # per step, as the engine does
                 t = time.perf_counter()
                 m(toks, cache=cache)[:, -1].float().cpu()
                 times[k] += [time.perf_counter() - t] if i else []
@@ -477,20 +477,20 @@ def generate_vs(ckpt, args):
         sync()
         return time.perf_counter() - t
 
-    ours = C.load_model(ckpt, dtype=dtype, device=args.device)
-    L.add_lora(ours, adapters=())
+    ours = checkpoint.load_model(ckpt, dtype=dtype, device=args.device)
+    lora.add_lora(ours, adapters=())
 
     def ours_run(n):
         cache = ours.new_cache(B, P + n)
         logits = ours(ids, cache=cache)[:, -1]
         for step in range(n):
-            tok, _ = E.sample(logits, [1.0] * B, [1.0] * B, [0] * B, list(range(B)), [step] * B)
+            tok, _ = engine.sample(logits, [1.0] * B, [1.0] * B, [0] * B, list(range(B)), [step] * B)
             torch.stack([tok.double()]).cpu()   # the engine's one copy a step
             if step < n - 1:
                 logits = ours(tok[:, None], cache=cache)[:, -1]
-    cfg = C.parse_config(json.loads((Path(ckpt) / "config.json").read_text()))
+    cfg = checkpoint.parse_config(json.loads((Path(ckpt) / "config.json").read_text()))
     weights = sum(p.numel() * p.element_size() for p in ours.parameters())
-    per_pos, per_row = KV.costs(cfg, torch.finfo(dtype).bits // 8)
+    per_pos, per_row = kvcache.costs(cfg, torch.finfo(dtype).bits // 8)
     kv = B * (per_pos * (P + N / 2) + per_row)              # the mean step's K/V read
     if args.bandwidth:
         bw = args.bandwidth * 1e9

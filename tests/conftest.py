@@ -4,10 +4,10 @@ import socket
 
 import torch
 
-import checkpoint as C
-import engine as E
-import grpo as G
-import lora as L
+import checkpoint
+import engine
+import grpo
+import lora
 from chat import ChatFormat
 from recipe import SHARED, loss_settings
 
@@ -22,13 +22,13 @@ def train_scripted_adapter(ckpt, messages, reply, out_dir, tools=None, steps=150
     """Fine-tune a fresh LoRA so that, given `messages` (+ `tools`), the tiny model's greedy reply is
     `reply` (the raw assistant text, e.g. a tool call in the family's format) followed by end of turn.
     A real trained adapter standing in for a model that knows what to answer - nothing is mocked."""
-    model, fmt = C.load_model(ckpt, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(ckpt)
+    model, fmt = checkpoint.load_model(ckpt, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(ckpt)
     prompt = fmt.render(messages, tools=tools, add_generation_prompt=True)
     eos = fmt.tokenizer.token_to_id("<|im_end|>")
     target = fmt.encode(reply) + [eos]
-    L.add_lora(model, rank=8, alpha=16, adapters=("sft",), seed=seed)
-    L.set_adapter(model, "sft")
-    params = L.lora_parameters(model, "sft")
+    lora.add_lora(model, rank=8, alpha=16, adapters=("sft",), seed=seed)
+    lora.set_adapter(model, "sft")
+    params = lora.lora_parameters(model, "sft")
     for p in params:
         p.requires_grad_(True)
     opt = torch.optim.Adam(params, lr=lr)
@@ -46,7 +46,7 @@ def train_scripted_adapter(ckpt, messages, reply, out_dir, tools=None, steps=150
     model.eval()
     out, _ = generate(model, prompt, max_new_tokens=len(target) + 2, temperature=0, eos_ids={eos})
     assert out == target, f"scripted adapter did not learn its reply (loss {loss.item():.3f})"
-    return L.save_adapter(model, out_dir, adapter="sft")
+    return lora.save_adapter(model, out_dir, adapter="sft")
 
 
 @torch.no_grad()
@@ -62,7 +62,7 @@ def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, s
     outs, eos = [([], []) for _ in range(rows)], set(eos_ids)
     done = [False] * rows
     for step in range(max_new_tokens):
-        drawn = E.sample(logits, [temperature] * rows, [top_p] * rows, [0] * rows, seeds, [step] * rows)
+        drawn = engine.sample(logits, [temperature] * rows, [top_p] * rows, [0] * rows, seeds, [step] * rows)
         toks = drawn[0].tolist()
         for r, (tok, lp) in enumerate(zip(toks, drawn[1].tolist())):
             if not done[r]:
@@ -77,7 +77,7 @@ def generate(model, prompt_ids, max_new_tokens=64, temperature=1.0, top_p=1.0, s
 
 def grpo_loss(*a, **kw):
     """grpo.grpo_loss with the recipe's loss settings from recipe.py's table (it takes them explicitly)."""
-    return G.grpo_loss(*a, **{**loss_settings(SHARED), **kw})
+    return grpo.grpo_loss(*a, **{**loss_settings(SHARED), **kw})
 
 
 def write_length_suite(root, n=3):
@@ -105,8 +105,8 @@ def harbor_template_task(root, name="hello-harbor"):
     import shutil
     from pathlib import Path
 
-    import harnesses as H
-    template = H.INSTALLS["harbor"].install(quiet=True) / "lib" / "harbor" / "cli" / "template-task"
+    import harnesses
+    template = harnesses.INSTALLS["harbor"].install(quiet=True) / "lib" / "harbor" / "cli" / "template-task"
     d = Path(root) / name
     d.mkdir(parents=True)
     for part in ("instruction.md", ".gitignore", "task.toml"):

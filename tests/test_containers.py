@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import containers as CT
-import harborenv as HE
-import harnesses as H
-import oracle as O
+import containers
+import harborenv
+import harnesses
+import oracle
 import sandbox as SB
 import tasks as T
-import taskenv as E
+import taskenv
 import tiny
 from chat import ChatFormat
 from test_rollout import ORACLE, SCAN, Upstream, at_once, make_task, misbehaving_tasks, network_task, one, \
@@ -36,8 +36,8 @@ def docker():
     why = SB.docker_missing()
     if not why:
         try:
-            d = CT.daemon()
-            CT.base_image(d, quiet=True)
+            d = containers.daemon()
+            containers.base_image(d, quiet=True)
             return d
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             why = str(e)
@@ -53,7 +53,7 @@ def lfm3(tmp_path_factory):
 def harbor(docker):
     """Harbor's environments' venv (harnesses.py install harbor-env: Python 3.12+, Harbor, Compose), on this daemon."""
     try:
-        H.INSTALLS["harbor-env"].install(quiet=True)
+        harnesses.INSTALLS["harbor-env"].install(quiet=True)
     except Exception as e:   # noqa: BLE001 - CI installs it; elsewhere say why
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_DOCKER") else pytest.skip)(f"harbor-env: {e}")
     return docker
@@ -80,11 +80,11 @@ def test_tasks_whose_dockerfiles_run_things_are_built_and_solved_only_under_dock
     for t in tasks:
         for mode in ("bwrap", "dir"):
             with pytest.raises(T.TaskError, match=r"need --sandbox docker.*line \d+: 'RUN "):
-                E.resolve_sandbox(mode, [t])
-        assert any("FROM python:3.11-slim is not on this daemon" in n for n in CT.dockerfile(t, docker)[1])
-    assert CT.resolve_sandbox("docker", tasks, log=None) == ("docker", "")
+                taskenv.resolve_sandbox(mode, [t])
+        assert any("FROM python:3.11-slim is not on this daemon" in n for n in containers.dockerfile(t, docker)[1])
+    assert containers.resolve_sandbox("docker", tasks, log=None) == ("docker", "")
     t0 = time.monotonic()
-    assert len({CT.task_image(t, docker, quiet=True) for t in tasks}) == 3
+    assert len({containers.task_image(t, docker, quiet=True) for t in tasks}) == 3
     assert time.monotonic() - t0 < 5                          # built already: each once
     assert T.check_tasks([t.path for t in tasks], sandbox="docker") == {t.path.resolve(): [] for t in tasks}
     broken = tmp_path / "broken"                       # the checks can fail: an oracle that does nothing
@@ -104,7 +104,7 @@ def test_the_oracle_solves_them_through_a_real_harness_in_containers(request, tm
     task's own container - ours, or Harbor's own DockerEnvironment (its Compose project, the harness bound in, the
     proxy through the rollout's socket): the image's library, database and tool are there, and each scores 1."""
     docker, tasks = engine(request, sandbox), T.load_tasks("docker")
-    rs = asyncio.run(O.record(tasks, H.get_harness(name), ChatFormat.from_checkpoint(lfm3), tmp_path / "out",
+    rs = asyncio.run(oracle.record(tasks, harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3), tmp_path / "out",
                               samples=1, sessions=3, max_tokens=4096, context=131072, sandbox=sandbox))
     assert sorted((r.task.name, r.score) for r in rs) == sorted((t.name, 1.0) for t in tasks), \
         [(r.task.name, r.reason, r.errors) for r in rs]
@@ -115,10 +115,10 @@ def test_every_attack_pays_without_the_guard_and_only_the_known_gaps_with_it_in_
     """tests/attacks.json through mini under docker (test_warmstart's table, bubblewrap's): the container changes
     nothing the attacks rely on - each pays with the guard off - and the guard still stops all but the known gaps."""
     attacks = json.loads((ROOT / "tests" / "attacks.json").read_text())
-    harness, fmt = H.get_harness("mini"), ChatFormat.from_checkpoint(lfm3)
-    off = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "off", guard=False, sandbox="docker"))
+    harness, fmt = harnesses.get_harness("mini"), ChatFormat.from_checkpoint(lfm3)
+    off = asyncio.run(oracle.attack(attacks, harness, fmt, tmp_path / "off", guard=False, sandbox="docker"))
     assert [a["id"] for a in attacks if off[a["id"]] != (1.0, [])] == [], off
-    on = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "on", guard=True, sandbox="docker"))
+    on = asyncio.run(oracle.attack(attacks, harness, fmt, tmp_path / "on", guard=True, sandbox="docker"))
     paid = [a["id"] for a in attacks if (on[a["id"]][0] or 0) > 0 and not on[a["id"]][1]]
     assert paid == [a["id"] for a in attacks if "gap" in a], on
     assert ours(docker) == []
@@ -186,8 +186,8 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alo
     the largest-file bound, the scatterer's many files are stopped at the rollout's disk bound (its WORKDIR volume,
     or Harbor's writable root, counted); the honest rollout is graded 1, this process carries on, no container is
     left."""
-    monkeypatch.setitem(CT.DEFAULTS, "pids", 64)
-    monkeypatch.setitem(CT.DEFAULTS, "file_mb", 8)
+    monkeypatch.setitem(containers.DEFAULTS, "pids", 64)
+    monkeypatch.setitem(containers.DEFAULTS, "file_mb", 8)
     monkeypatch.setitem(SB.LIMITS, "disk_mb", 32)
     tasks = misbehaving_tasks(tmp_path / "tasks", test_sh=(         # what each left, for this test (logs: a host dir)
         '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
@@ -306,7 +306,7 @@ def test_a_deep_tree_and_a_log_flood_end_their_own_rollout_only(docker, tmp_path
     deep = "python3 -c \"\nimport os\nos.chdir('/home/agent')\nfor i in range(3000):\n    os.mkdir('d'); os.chdir('d')\""
     r, _ = _rollout(tmp_path, f"{deep}; echo 42 > answer.txt")
     assert r.score == 1.0 and not (tmp_path / "sandboxes" / r.id).exists(), r.reason
-    monkeypatch.setitem(CT.DEFAULTS, "log_mb", 4)
+    monkeypatch.setitem(containers.DEFAULTS, "log_mb", 4)
     flood = ("python3 -c \"\nimport os\npid = [p for p in os.listdir('/proc') if p.isdigit() and b'relay.py' in "
              "open('/proc/%s/cmdline' % p, 'rb').read()][0]\nline = b'y' * 65535 + b'\\\\n'\n"
              "with open('/proc/%s/fd/1' % pid, 'wb') as f:\n    for i in range(160):\n        f.write(line)\"")
@@ -322,7 +322,7 @@ def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one
     removed with it; every container's cgroup lies under harness-rl, whose totals (half the kernel's pids, three
     quarters of the memory) bound all sandboxes together."""
     task = network_task(tmp_path / "tasks", "public")
-    boxes = [CT.Box.open(docker, task, CT.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", SB.tool_paths(),
+    boxes = [containers.Box.open(docker, task, containers.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", SB.tool_paths(),
                          offline=False) for i in range(2)]
     try:
         nets = [json.loads(docker.cli("inspect", "-f", "{{json .NetworkSettings.Networks}}", b.name).stdout)
@@ -359,15 +359,15 @@ def test_a_remote_harbor_type_gets_the_harness_uploaded_and_the_proxy_by_its_url
     environment with `MOUNTS` emptied: mini.py uploaded to its own path and run by the image's python3, its HOME
     uploaded with a config naming --proxy-url, its TMPDIR downloaded after. The URL here is one nothing answers in
     the no-network container, so mini's first request fails there: the rollout is ungraded, the log is mini's own."""
-    monkeypatch.setattr(HE, "MOUNTS", ())
+    monkeypatch.setattr(harborenv, "MOUNTS", ())
     with pytest.raises(ValueError, match="--proxy-url"):
-        HE.resolve_sandbox("harbor:modal", [], log=None)
+        harborenv.resolve_sandbox("harbor:modal", [], log=None)
     with pytest.raises(ValueError, match="one URL per trainer"):
-        HE.resolve_sandbox("harbor:modal", [], log=None, proxy_url="https://a.example,https://b.example")
+        harborenv.resolve_sandbox("harbor:modal", [], log=None, proxy_url="https://a.example,https://b.example")
     for kind, mode in (("modal", "no-network"), ("docker", "allowlist")):   # refused before anything starts
         task = network_task(tmp_path / mode, mode)
         with pytest.raises(ValueError, match=f"network_mode is.*{mode}"):
-            HE.resolve_sandbox(f"harbor:{kind}", [task], log=None, proxy_url="https://a.example")
+            harborenv.resolve_sandbox(f"harbor:{kind}", [task], log=None, proxy_url="https://a.example")
     up = Upstream(command="echo never")
     r = asyncio.run(one(tmp_path, "mini", up, sandbox="harbor:docker", keep=True, public="http://127.0.0.1:9/x/"))
     box = tmp_path / "sandboxes" / r.id

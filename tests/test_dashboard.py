@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import dashboard as D
-import harnesses as H
+import dashboard
+import harnesses
 import pool as PL
-import rollout as R
-import servers as SV
+import rollout
+import servers
 from conftest import free_port
 from test_rollout import HACK, NUMBERS, SOLVE, Upstream, make_task
 from recipe import SHARED, rollout_reward
@@ -86,7 +86,7 @@ def api(run_dirs, *paths, between=None):
     """GET each path on one dashboard app (aiohttp's TestServer): [(status, body)]. between(i) runs before
     request i (to change files while the same app, with its caches, keeps serving)."""
     async def go():
-        async with TestClient(TestServer(D.make_app(run_dirs, TOKEN)), headers={"Authorization": f"token {TOKEN}"}) as c:
+        async with TestClient(TestServer(dashboard.make_app(run_dirs, TOKEN)), headers={"Authorization": f"token {TOKEN}"}) as c:
             out = []
             for i, p in enumerate(paths):
                 if between:
@@ -115,7 +115,7 @@ def test_runs_lists_config_trainers_and_the_eval_report(run):
     assert "api/metrics" in page and "http" not in page.split("<script")[1]          # no CDN, nothing remote
 
     async def csp():            # only the page's own script may run: its nonce is the header's, new each time
-        async with TestClient(TestServer(D.make_app([run]))) as c:
+        async with TestClient(TestServer(dashboard.make_app([run]))) as c:
             return [((r := await c.get("/")).headers["Content-Security-Policy"], await r.text()) for _ in range(2)]
     (h1, p1), (h2, p2) = asyncio.run(csp())
     n1, n2 = (p.split('<script nonce="')[1].split('"')[0] for p in (p1, p2))
@@ -127,7 +127,7 @@ def test_the_dashboard_wants_its_token(run):
     """Reaching the port is not enough: without the token it printed (or with another) every path is 403; with it
     in the URL the page is served and sets the cookie its own requests then carry."""
     async def go():
-        runner, url = await D.start([run])
+        runner, url = await dashboard.start([run])
         base, token = url.split("?token=")
         out = {}
         try:
@@ -180,9 +180,9 @@ def test_metrics_are_incremental_and_a_half_written_line_waits(run, tmp_path):
 
 
 def test_only_the_newest_files_are_read_in_a_huge_run(run, monkeypatch):
-    monkeypatch.setattr(D, "MAX_SCAN", 5)
+    monkeypatch.setattr(dashboard, "MAX_SCAN", 5)
     [(_, newest)] = api([run], "/api/rollouts?run=0")
-    monkeypatch.setattr(D, "MAX_SCAN", 10**6)
+    monkeypatch.setattr(dashboard, "MAX_SCAN", 10**6)
     [(_, every)] = api([run], "/api/rollouts?run=0")
     assert newest["counts"]["all"] == newest["read"] == 5 and newest["files"] == every["files"] > 5
     assert newest["rollouts"] == every["rollouts"][:5]
@@ -195,7 +195,7 @@ def test_rollouts_list_filters_limits_and_opens(run):
               "/api/rollouts?run=0&trainer=nobody", "/api/guard?run=0")
     (s0, every), (s1, three), (s2, solved), (s3, failed), (s4, nobody), (s5, guard) = out
     assert s0 == s1 == s2 == s3 == s5 == 200 and s4 == 404 and "trainer" in nobody["error"]
-    assert every["limit"] == D.MAX_LIMIT and every["counts"]["all"] == len(files) == len(every["rollouts"])
+    assert every["limit"] == dashboard.MAX_LIMIT and every["counts"]["all"] == len(files) == len(every["rollouts"])
     assert every["files"] == every["read"] == len(files)
     assert three["rollouts"] == every["rollouts"][:3]
     versions = [r["version"] for r in every["rollouts"]]
@@ -410,11 +410,11 @@ async def blocked_rollout(tmp):
     verifier's reward file, then solves the task and echoes some HTML: the real proxy and guard block the first
     call, and the real pool writes the ATIF files into tmp/run/rollouts/mini/00000/."""
     up = Upstream(command=[HACK, SOLVE, XSS])
-    client = SV.Client(await up.start(), timeout=30)
-    proxy = R.Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
+    client = servers.Client(await up.start(), timeout=30)
+    proxy = rollout.Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
     await proxy.start()
     tasks = [make_task(tmp / "tasks")]
-    pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
+    pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
                          tmp / "sandboxes", max_sessions=2, group_size=2, rollouts_dir=tmp / "run" / "rollouts" / "mini",
                          sandbox="dir", reward=rollout_reward(SHARED), **NUMBERS)
     pool.start()
@@ -435,7 +435,7 @@ def test_rollout_view_shows_a_blocked_call_with_its_rule_and_note(tmp_path):
         rollouts = await blocked_rollout(tmp_path)
         assert all(r.blocked and r.reward == 0 and r.score == 1.0 for r in rollouts), [r.errors for r in rollouts]
         v = rollouts[0].verdicts[0]
-        runner, url = await D.start([tmp_path / "run"])
+        runner, url = await dashboard.start([tmp_path / "run"])
         try:
             base, token = url.split("?token=")
             async with aiohttp.ClientSession() as s, s.get(base + f"api/guard?run=0&token={token}") as r:

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import flags as F
-import grpo as G
+import flags
+import grpo
 import rollout as R
 import tiny
 from conftest import grpo_loss
@@ -17,19 +17,19 @@ from recipe import SHARED
 # ----------------------------------------------------------------------------- rewards, advantages
 
 def test_shaped_reward_bonus_only_on_full_pass():
-    assert G.shaped_reward(1.0, 3, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
-    assert G.shaped_reward(1.0, 30, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
-    assert G.shaped_reward(0.5, 1, False, 0.1, 15) == 0.5
-    assert G.shaped_reward(0.0, 0, False, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(1.0, 3, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
+    assert grpo.shaped_reward(1.0, 30, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
+    assert grpo.shaped_reward(0.5, 1, False, 0.1, 15) == 0.5
+    assert grpo.shaped_reward(0.0, 0, False, 0.1, 15) == 0.0
 
 
 def test_shaped_reward_guard_flag_zeroes_and_ungraded_stays_none():
-    assert G.shaped_reward(1.0, 2, True, 0.1, 15) == 0.0
-    assert G.shaped_reward(None, 2, True, 0.1, 15) is None
+    assert grpo.shaped_reward(1.0, 2, True, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(None, 2, True, 0.1, 15) is None
 
 
 def test_group_advantages_match_hand_computation_and_skip_ungraded():
-    adv, signal = G.group_advantages([1.0, None, 0.0, 0.5])
+    adv, signal = grpo.group_advantages([1.0, None, 0.0, 0.5])
     mean, std = 0.5, math.sqrt(((0.5) ** 2 * 2) / 2)
     assert signal and adv[1] is None
     assert adv[0] == pytest.approx(0.5 / (std + 1e-6)) and adv[2] == pytest.approx(-0.5 / (std + 1e-6))
@@ -37,8 +37,8 @@ def test_group_advantages_match_hand_computation_and_skip_ungraded():
 
 
 def test_group_without_spread_has_no_signal():
-    assert G.group_advantages([1.0, 1.0, None, 1.0]) == ([0.0, 0.0, None, 0.0], False)
-    assert G.group_advantages([None, 0.3]) == ([None, None], False)
+    assert grpo.group_advantages([1.0, 1.0, None, 1.0]) == ([0.0, 0.0, None, 0.0], False)
+    assert grpo.group_advantages([None, 0.3]) == ([None, None], False)
 
 
 # ----------------------------------------------------------------------------- merging turns
@@ -51,7 +51,7 @@ def test_turns_that_extend_merge_into_one_sequence():
     t1 = T([1, 2, 3], [10, 11])
     t2 = T([1, 2, 3, 10, 11, 50, 51], [12])          # tool output 50, 51 then the next completion
     t3 = T([1, 2, 3, 10, 11, 50, 51, 12, 60], [13, 14])
-    (s,) = G.build_sequences([t1, t2, t3], advantage=0.7)
+    (s,) = grpo.build_sequences([t1, t2, t3], advantage=0.7)
     assert s.tokens == [1, 2, 3, 10, 11, 50, 51, 12, 60, 13, 14]
     assert s.mask == [0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1]
     assert s.old_logp == pytest.approx([0, 0, 0, -0.1, -0.2, 0, 0, -0.1, 0, -0.1, -0.2])
@@ -61,7 +61,7 @@ def test_turns_that_extend_merge_into_one_sequence():
 def test_reserialised_history_starts_a_new_sequence():
     t1 = T([1, 2, 3], [10, 11])
     t2 = T([1, 2, 3, 99, 50], [12])                  # the harness re-rendered turn 1 differently
-    a, b = G.build_sequences([t1, t2], advantage=-1.0)
+    a, b = grpo.build_sequences([t1, t2], advantage=-1.0)
     assert a.tokens == [1, 2, 3, 10, 11] and b.tokens == [1, 2, 3, 99, 50, 12]
     assert b.mask == [0, 0, 0, 0, 0, 1] and a.advantage == b.advantage == -1.0
 
@@ -70,32 +70,32 @@ def test_fork_returns_to_an_older_sequence():
     main1 = T([1, 2], [10])
     side = T([7, 8], [20])                            # a sub-agent / summariser call in between
     main2 = T([1, 2, 10, 30], [11])
-    a, b = G.build_sequences([main1, side, main2], advantage=1.0)
+    a, b = grpo.build_sequences([main1, side, main2], advantage=1.0)
     assert a.tokens == [1, 2, 10, 30, 11] and b.tokens == [7, 8, 20]
 
 
 def test_sequence_start_version_is_the_rollouts():
-    seqs = G.build_sequences([T([1], [2], version=5), T([9], [3], version=7)], 1.0)
+    seqs = grpo.build_sequences([T([1], [2], version=5), T([9], [3], version=7)], 1.0)
     assert [s.start_version for s in seqs] == [5, 5]
 
 
 def test_each_token_keeps_the_version_that_sampled_it_through_merge_and_pack():
-    seq, = G.build_sequences([T([1, 2], [3], version=5), T([1, 2, 3, 4], [6, 7], version=6)], 1.0)
+    seq, = grpo.build_sequences([T([1, 2], [3], version=5), T([1, 2, 3, 4], [6, 7], version=6)], 1.0)
     assert seq.tokens == [1, 2, 3, 4, 6, 7] and seq.versions == [5, 5, 5, 6, 6, 6]
-    mb, = G.pack([seq], token_budget=64, micro_batches=1).micro_batches
+    mb, = grpo.pack([seq], token_budget=64, micro_batches=1).micro_batches
     assert mb.versions.tolist() == [[5, 5, 6, 6, 6]]          # the targets' versions (tokens[1:])
 
 
 def test_logprob_count_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
-        G.build_sequences([R.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
+        grpo.build_sequences([R.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
 
 
 def test_staleness_boundary_is_exact():
-    items = [G.Sequence([1, 2], [0, 1], [0, 0], 1.0, start_version=v) for v in (6, 5, 4)]
-    kept, dropped = G.drop_stale(items, current_version=10, max_staleness=4)
+    items = [grpo.Sequence([1, 2], [0, 1], [0, 0], 1.0, start_version=v) for v in (6, 5, 4)]
+    kept, dropped = grpo.drop_stale(items, current_version=10, max_staleness=4)
     assert [s.start_version for s in kept] == [6] and [s.start_version for s in dropped] == [5, 4]
-    kept, _ = G.drop_stale(items, current_version=9, max_staleness=4)
+    kept, _ = grpo.drop_stale(items, current_version=9, max_staleness=4)
     assert [s.start_version for s in kept] == [6, 5]
 
 
@@ -103,7 +103,7 @@ def test_staleness_boundary_is_exact():
 
 def seq(n, i=0, trained=True):
     mask = [0] + [1 if trained else 0] * (n - 1)
-    return G.Sequence(list(range(i, i + n)), mask, [-0.5] * n, float(i), rollout=str(i))
+    return grpo.Sequence(list(range(i, i + n)), mask, [-0.5] * n, float(i), rollout=str(i))
 
 
 @settings(max_examples=200, deadline=None)
@@ -111,7 +111,7 @@ def seq(n, i=0, trained=True):
        st.integers(1, 4))
 def test_pack_respects_budget_rows_and_accounts_for_every_sequence(lengths, budget, mb):
     seqs = [seq(n, i) for i, n in enumerate(lengths)]
-    p = G.pack(seqs, budget, micro_batches=mb)
+    p = grpo.pack(seqs, budget, micro_batches=mb)
     cap = budget // mb
     assert len(p.micro_batches) <= mb
     assert p.tokens <= budget and all(m.num_tokens <= cap for m in p.micro_batches)
@@ -128,22 +128,22 @@ def test_pack_respects_budget_rows_and_accounts_for_every_sequence(lengths, budg
 
 def test_pack_fifo_oldest_first_and_skipped_one_leads_next_step():
     seqs = [seq(300, 0), seq(300, 1), seq(900, 2), seq(100, 3)]
-    p = G.pack(seqs, 1000, micro_batches=4)     # rows of 250: 300s are truncated to 250
+    p = grpo.pack(seqs, 1000, micro_batches=4)     # rows of 250: 300s are truncated to 250
     assert p.truncated == 3 and [s.rollout for s in p.waiting] == []
-    p = G.pack([seq(241, 0), seq(241, 1), seq(241, 2), seq(201, 3), seq(101, 4), seq(11, 5)], 1000, 4)
+    p = grpo.pack([seq(241, 0), seq(241, 1), seq(241, 2), seq(201, 3), seq(101, 4), seq(11, 5)], 1000, 4)
     assert [s.rollout for s in p.waiting] == ["4"]      # did not fit the budget: leads the next step
     assert sorted(s.rollout for m in p.micro_batches for s in m.sequences) == ["0", "1", "2", "3", "5"]
 
 
 def test_pack_drops_sequences_without_trained_tokens():
-    p = G.pack([seq(10, 0, trained=False), seq(10, 1)], 100, 4)
+    p = grpo.pack([seq(10, 0, trained=False), seq(10, 1)], 100, 4)
     assert p.dropped == 1 and len(p.micro_batches) == 1
 
 
 def test_packed_row_tensors_are_shifted_per_sequence():
-    a = G.Sequence([5, 6, 7], [0, 1, 1], [0, -1, -2], 2.0)
-    b = G.Sequence([8, 9], [0, 1], [0, -3], -1.0)
-    (mb,) = G.pack([a, b], 100, micro_batches=1).micro_batches
+    a = grpo.Sequence([5, 6, 7], [0, 1, 1], [0, -1, -2], 2.0)
+    b = grpo.Sequence([8, 9], [0, 1], [0, -3], -1.0)
+    (mb,) = grpo.pack([a, b], 100, micro_batches=1).micro_batches
     assert mb.input_ids.tolist() == [[5, 6, 8]] and mb.targets.tolist() == [[6, 7, 9]]
     assert mb.position_ids.tolist() == [[0, 1, 0]] and mb.mask.tolist() == [[1, 1, 1]]
     assert mb.old_logp.tolist() == [[-1, -2, -3]] and mb.advantages.tolist() == [[2, 2, -1]]
@@ -151,7 +151,7 @@ def test_packed_row_tensors_are_shifted_per_sequence():
 
 def test_pack_balances_rows():
     lengths = [500, 400, 300, 300, 200, 200, 100, 100]
-    p = G.pack([seq(n + 1, i) for i, n in enumerate(lengths)], 2400, micro_batches=4)
+    p = grpo.pack([seq(n + 1, i) for i, n in enumerate(lengths)], 2400, micro_batches=4)
     loads = sorted(m.num_tokens for m in p.micro_batches)
     assert loads[-1] - loads[0] <= 100 and sum(loads) == sum(lengths)
 
@@ -165,7 +165,7 @@ def rollout(prompt, *parts, adv=1.0, name="", version=0):
         tokens += part
         mask += [1 - k % 2] * len(part)
     old = [-0.1 - 0.01 * (i % 7) if m else 0.0 for i, m in enumerate(mask)]
-    return G.Sequence(tokens, mask, old, adv, version, rollout=name, versions=[version] * len(tokens))
+    return grpo.Sequence(tokens, mask, old, adv, version, rollout=name, versions=[version] * len(tokens))
 
 
 def toks(rng, n, lo=3, hi=600):
@@ -184,8 +184,8 @@ def group(rng, prompt_len=600, completion=40, k=8, multi_turn=True):
 def test_shared_prompt_is_computed_once_and_every_sequence_is_placed():
     import random
     seqs = group(random.Random(0))
-    off = G.pack(seqs, 16384, micro_batches=4, min_shared=None)
-    on = G.pack(seqs, 16384, micro_batches=4)
+    off = grpo.pack(seqs, 16384, micro_batches=4, min_shared=None)
+    on = grpo.pack(seqs, 16384, micro_batches=4)
     assert not on.waiting and not off.waiting and on.dropped == off.dropped == 0
     placed = [s.rollout for mb in on.micro_batches for s in mb.sequences]
     assert sorted(placed) == sorted(s.rollout for s in seqs)
@@ -195,20 +195,20 @@ def test_shared_prompt_is_computed_once_and_every_sequence_is_placed():
     # sharing lets more of the queue into a step: 2 groups in a budget that holds ~1 without it
     rng = random.Random(1)
     two = group(rng, multi_turn=False) + group(rng, multi_turn=False)
-    off, on = G.pack(two, 4000, 2, min_shared=None), G.pack(two, 4000, 2)
+    off, on = grpo.pack(two, 4000, 2, min_shared=None), grpo.pack(two, 4000, 2)
     assert len(off.waiting) == 10 and not on.waiting      # off: 3 of 639 tokens per row of 2000 and on.tokens <= 4000
     assert all(mb.num_tokens <= 2000 for mb in on.micro_batches)
 
 
 def test_a_tree_longer_than_a_row_is_split():
     import random
-    import model as M
+    import model
     seqs = group(random.Random(2), prompt_len=300, completion=40, k=20, multi_turn=False)
-    p = G.pack(seqs, 2400, micro_batches=4)          # rows of 600: a root (339) + 6 branches (41 each) per row
+    p = grpo.pack(seqs, 2400, micro_batches=4)          # rows of 600: a root (339) + 6 branches (41 each) per row
     assert not p.waiting and sum(len(mb.sequences) for mb in p.micro_batches) == 20
     for mb in p.micro_batches:
         assert mb.num_tokens <= 600 and mb.shared.count(0) >= 1
-        seg = M.find_segments(mb.position_ids)       # the row decodes to the trees pack meant
+        seg = model.find_segments(mb.position_ids)       # the row decodes to the trees pack meant
         assert [x for x in seg.shared] == mb.shared
 
 
@@ -219,18 +219,18 @@ def test_no_sharing_over_a_trained_token_or_a_different_target():
     # b's prompt is a's whole first turn re-rendered: same tokens, but a's tokens 50.. are trained in a
     a = rollout(prompt[:50], prompt[50:], toks(rng, 5), toks(rng, 5))
     b = rollout(prompt + toks(rng, 5), c)
-    (mb,) = G.pack([a, b], 4096, micro_batches=1).micro_batches
+    (mb,) = grpo.pack([a, b], 4096, micro_batches=1).micro_batches
     assert mb.shared == [0, 49]                       # inputs 0..48 (targets 1..49) only: 50 is trained in a
     a2 = rollout(prompt[:20], prompt[20:], c)         # trained from token 20: below MIN_SHARED, not merged
-    assert G.pack([a2, b], 4096, micro_batches=1).micro_batches[0].shared == [0, 0]
+    assert grpo.pack([a2, b], 4096, micro_batches=1).micro_batches[0].shared == [0, 0]
     # same first 40 tokens, then a different (untrained) token: 39 inputs shared, input 39's target differs
     x, y = rollout(prompt[:40] + [7] * 10, c), rollout(prompt[:40] + [8] * 10, c)
-    (mb,) = G.pack([x, y], 4096, micro_batches=1).micro_batches
+    (mb,) = grpo.pack([x, y], 4096, micro_batches=1).micro_batches
     assert mb.shared == [0, 39]
     n = len(x) - 1
     assert mb.position_ids[0, n].item() == 39 and mb.input_ids[0, n].item() == prompt[39]
     assert mb.targets[0, n].item() == 8 and mb.mask[0, n:].tolist() == y.mask[40:]
-    assert G.pack([x, y], 4096, micro_batches=1, min_shared=None).micro_batches[0].shared == [0, 0]
+    assert grpo.pack([x, y], 4096, micro_batches=1, min_shared=None).micro_batches[0].shared == [0, 0]
 
 
 def _loss_and_grads(model, params, packed):
@@ -239,7 +239,7 @@ def _loss_and_grads(model, params, packed):
     total = 0.0
     for mb in packed.micro_batches:
         h = model(mb.input_ids, mb.position_ids, return_hidden=True)
-        logp = G.token_logprobs(h, model.lm_head.weight, mb.targets, temperature=0.7)
+        logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets, temperature=0.7)
         loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
         loss.backward()
         total += loss.item()
@@ -249,12 +249,12 @@ def _loss_and_grads(model, params, packed):
 @pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "lfm3", "llama", "qwen3"])
 def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_type):
     import random
-    import lora as L
-    import checkpoint as C
-    model = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
-    L.add_lora(model, rank=4, alpha=8, adapters=("p",), seed=0)
-    L.set_adapter(model, "p")
-    params = L.lora_parameters(model, "p")
+    import lora
+    import checkpoint
+    model = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device="cpu")
+    lora.add_lora(model, rank=4, alpha=8, adapters=("p",), seed=0)
+    lora.set_adapter(model, "p")
+    params = lora.lora_parameters(model, "p")
     torch.manual_seed(0)
     with torch.no_grad():
         for p in params:                                # B = 0 would leave A without gradient
@@ -269,10 +269,10 @@ def test_shared_prefix_loss_and_lora_gradients_equal_unshared(tmp_path, model_ty
     with torch.no_grad():                               # behaviour logprobs near the policy's: weights ~ 1
         for s in seqs:
             h = model(torch.tensor([s.tokens[:-1]]), return_hidden=True)
-            lp = G.token_logprobs(h, model.lm_head.weight, torch.tensor([s.tokens[1:]]), temperature=0.7)[0]
+            lp = grpo.token_logprobs(h, model.lm_head.weight, torch.tensor([s.tokens[1:]]), temperature=0.7)[0]
             s.old_logp = [0.0] + [(x + 0.2 * rng.uniform(-1, 1)) * m for x, m in zip(lp.tolist(), s.mask[1:])]
     model.train()
-    on, off = G.pack(seqs, 2048, micro_batches=2), G.pack(seqs, 2048, micro_batches=2, min_shared=None)
+    on, off = grpo.pack(seqs, 2048, micro_batches=2), grpo.pack(seqs, 2048, micro_batches=2, min_shared=None)
     assert on.shared_tokens == 3 * 44 + 39 and on.loss_tokens == off.loss_tokens and not on.waiting
     loss_on, g_on = _loss_and_grads(model, params, on)
     loss_off, g_off = _loss_and_grads(model, params, off)
@@ -291,7 +291,7 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
     w = torch.randn(101, 16, requires_grad=weight_trains)
     t = torch.randint(0, 101, (2, 37))
     upstream = torch.randn(2, 37)          # a non-uniform upstream gradient, as the loss gives
-    got = G.token_logprobs(h, w, t, chunk=8)
+    got = grpo.token_logprobs(h, w, t, chunk=8)
     want = torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0]
     assert torch.allclose(got, want, atol=1e-5)
     wrt = (h, w) if weight_trains else (h,)
@@ -299,23 +299,23 @@ def test_chunked_logprobs_equal_naive_values_and_gradients(weight_trains):
     g2 = torch.autograd.grad((want * upstream).sum(), wrt)
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g1, g2))    # gradients ~1-10, summed per chunk
     with torch.no_grad():
-        assert torch.allclose(G.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
+        assert torch.allclose(grpo.token_logprobs(h, w, t, chunk=5), want, atol=1e-5)
 
 
 def test_default_chunk_holds_a_large_vocabulary_to_the_logit_block(monkeypatch):
     """The default chunk is sized by logits, not tokens: a 49k vocabulary (SmolLM2) takes 682-token chunks of
     LOGIT_BLOCK logits, where 2 048 tokens would hold 3x that; the values equal the naive ones either way."""
     seen = []
-    real = G._TokenLogprobs.apply
-    monkeypatch.setattr(G._TokenLogprobs, "apply", lambda h, w, t, chunk: seen.append(chunk) or real(h, w, t, chunk))
+    real = grpo._TokenLogprobs.apply
+    monkeypatch.setattr(grpo._TokenLogprobs, "apply", lambda h, w, t, chunk: seen.append(chunk) or real(h, w, t, chunk))
     torch.manual_seed(0)
     h, t = torch.randn(1, 9, 8), torch.randint(0, 100, (1, 9))
-    for vocab, block, want in ((100, G.LOGIT_BLOCK, 2048), (49152, G.LOGIT_BLOCK, G.LOGIT_BLOCK // 49152),
+    for vocab, block, want in ((100, grpo.LOGIT_BLOCK, 2048), (49152, grpo.LOGIT_BLOCK, grpo.LOGIT_BLOCK // 49152),
                                (300, 200, 1)):       # a vocabulary over the block: one token a chunk
-        monkeypatch.setattr(G, "LOGIT_BLOCK", block)
+        monkeypatch.setattr(grpo, "LOGIT_BLOCK", block)
         w = torch.randn(vocab, 8)
         with torch.no_grad():
-            got = G.token_logprobs(h, w, t)
+            got = grpo.token_logprobs(h, w, t)
         assert seen[-1] == want
         assert torch.allclose(got, torch.log_softmax(h @ w.t(), -1).gather(-1, t[..., None])[..., 0], atol=1e-5)
 
@@ -323,17 +323,17 @@ def test_default_chunk_holds_a_large_vocabulary_to_the_logit_block(monkeypatch):
 @pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
 def test_logprobs_at_the_sampling_temperature_equal_the_samplers(temperature):
     """The trainer's pi is of the distribution the server sampled from (engine.sample: processed logprobs)."""
-    import engine as E
+    import engine
     torch.manual_seed(0)
     h, w = torch.randn(6, 16, requires_grad=True), torch.randn(101, 16)
-    tok, lp = E.sample(h.detach() @ w.t(), [temperature] * 6, [1.0] * 6, [0] * 6, [0] * 6, list(range(6)))
+    tok, lp = engine.sample(h.detach() @ w.t(), [temperature] * 6, [1.0] * 6, [0] * 6, [0] * 6, list(range(6)))
     sampled = list(zip(tok.tolist(), lp.tolist()))
-    got = G.token_logprobs(h, w, torch.tensor([t for t, _ in sampled]), chunk=4, temperature=temperature)
+    got = grpo.token_logprobs(h, w, torch.tensor([t for t, _ in sampled]), chunk=4, temperature=temperature)
     assert torch.allclose(got, torch.tensor([lp for _, lp in sampled]), atol=1e-5)
     got.sum().backward()                      # and the gradient flows through the scaling
     assert h.grad is not None and torch.isfinite(h.grad).all()
     if temperature != 1.0:                    # without it, pi and mu differ: the mismatch this fixes
-        plain = G.token_logprobs(h.detach(), w, torch.tensor([t for t, _ in sampled]))
+        plain = grpo.token_logprobs(h.detach(), w, torch.tensor([t for t, _ in sampled]))
         assert (plain - got.detach()).abs().max() > 1e-2
 
 
@@ -420,13 +420,13 @@ def test_rollout_reduction_weighs_every_rollout_once_whatever_its_length():
     (1/N) sum_i (1/L_i) sum_t: the gradient on a token of rollout i is -A_i / (N * L_i) (on-policy tis, by hand).
     Rollout "a" spans two sequences (a re-rendered history): its L counts both."""
     def seq(n_prompt, n_gen, adv, rollout):
-        return G.Sequence(list(range(1, n_prompt + n_gen + 1)), [0] * n_prompt + [1] * n_gen,
+        return grpo.Sequence(list(range(1, n_prompt + n_gen + 1)), [0] * n_prompt + [1] * n_gen,
                           [0.0] * n_prompt + [-0.5] * n_gen, adv, 0, rollout)
     seqs = [seq(3, 10, 1.5, "a"), seq(5, 30, 1.5, "a"), seq(4, 8, -0.5, "b"), seq(2, 200, -0.4, "c")]
     length = {"a": 40, "b": 8, "c": 200}
-    out = G.per_rollout(seqs)
+    out = grpo.per_rollout(seqs)
     assert [s.advantage for s in seqs] == [1.5, 1.5, -0.5, -0.4]           # inputs untouched
-    packed = G.pack(out, 10_000, 2)
+    packed = grpo.pack(out, 10_000, 2)
     grads, want = [], []
     for mb in packed.micro_batches:
         logp = mb.old_logp.clone().requires_grad_(True)
@@ -438,7 +438,7 @@ def test_rollout_reduction_weighs_every_rollout_once_whatever_its_length():
     assert sorted(grads) == pytest.approx(sorted(want), rel=1e-5)
     assert sum(grads) == pytest.approx(-(1.5 - 0.5 - 0.4) / 3, rel=1e-5)     # each rollout sums to -A_i / N
     with pytest.raises(SystemExit, match="--reduce"):
-        F.validate({**SHARED, "reduce": "sequence"})
+        flags.validate({**SHARED, "reduce": "sequence"})
 
 
 def test_kl_term_needs_reference_and_is_zero_at_reference():

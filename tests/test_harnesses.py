@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-import harnesses as H
-import mini as M
+import harnesses
+import mini
 from conftest import free_port
 
 SECRET = "rollout-secret-7f3a"
@@ -38,7 +38,7 @@ def sandbox(tmp_path):
 
 
 def prepared(name, sandbox, base=BASE, max_tokens=4096, context=131072):
-    h = H.get_harness(name)
+    h = harnesses.get_harness(name)
     h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], base, SECRET, MODEL, max_tokens=max_tokens,
               context=context)
     return h
@@ -47,22 +47,22 @@ def prepared(name, sandbox, base=BASE, max_tokens=4096, context=131072):
 # ----------------------------------------------------------------------------- unit: configs, env, argv
 
 def test_get_harness_knows_the_four_and_names_them_when_asked_for_another():
-    assert set(H.HARNESSES) == {"pi", "opencode", "hermes", "mini"}
-    assert all(H.get_harness(n).name == n for n in H.HARNESSES)
+    assert set(harnesses.HARNESSES) == {"pi", "opencode", "hermes", "mini"}
+    assert all(harnesses.get_harness(n).name == n for n in harnesses.HARNESSES)
     with pytest.raises(ValueError, match="pi, opencode, hermes, mini"):
-        H.get_harness("claude")
+        harnesses.get_harness("claude")
 
 
 def test_install_dir_is_pinned_and_follows_the_cache_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path))
-    assert H.get_harness("pi").install_dir() == tmp_path / "pi-0.73.1"
-    assert H.get_harness("opencode").install_dir() == tmp_path / "opencode-1.18.33"
-    assert H.get_harness("hermes").install_dir() == tmp_path / "hermes-0.19.0"
+    assert harnesses.get_harness("pi").install_dir() == tmp_path / "pi-0.73.1"
+    assert harnesses.get_harness("opencode").install_dir() == tmp_path / "opencode-1.18.33"
+    assert harnesses.get_harness("hermes").install_dir() == tmp_path / "hermes-0.19.0"
     monkeypatch.delenv("HARNESS_RL_CACHE")
-    assert H.get_harness("pi").install_dir() == Path.home() / ".cache/harness-rl/harnesses/pi-0.73.1"
+    assert harnesses.get_harness("pi").install_dir() == Path.home() / ".cache/harness-rl/harnesses/pi-0.73.1"
 
 
-@pytest.mark.parametrize("name", list(H.HARNESSES))
+@pytest.mark.parametrize("name", list(harnesses.HARNESSES))
 def test_launch_env_is_minimal_and_leaks_nothing_of_the_caller(name, sandbox, monkeypatch):
     for k, v in LEAKS.items():
         monkeypatch.setenv(k, v)
@@ -78,7 +78,7 @@ def test_launch_env_is_minimal_and_leaks_nothing_of_the_caller(name, sandbox, mo
 def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
     h = prepared("pi", sandbox, max_tokens=1234, context=65536)
     agent = sandbox["home"] / ".pi" / "agent"
-    provider = json.loads((agent / "models.json").read_text())["providers"][H.PROVIDER]
+    provider = json.loads((agent / "models.json").read_text())["providers"][harnesses.PROVIDER]
     assert provider == {"baseUrl": BASE, "api": "openai-completions", "apiKey": SECRET,
                         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
                         "models": [{"id": MODEL, "contextWindow": 65536, "maxTokens": 1234}]}
@@ -90,7 +90,7 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
     assert (agent / "models.json").stat().st_mode & 0o077 == 0          # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[0].endswith("node_modules/.bin/pi") and launch.argv[-1] == PROMPT
-    assert launch.argv[1:6] == ["-p", "--provider", H.PROVIDER, "--model", MODEL]
+    assert launch.argv[1:6] == ["-p", "--provider", harnesses.PROVIDER, "--model", MODEL]
     assert {"--no-extensions", "--no-skills", "--no-prompt-templates", "--no-themes", "--no-context-files"} <= set(
         launch.argv)
     assert launch.env["PI_OFFLINE"] == "1" and launch.env["PI_SKIP_VERSION_CHECK"] == "1"
@@ -101,17 +101,17 @@ def test_opencode_writes_config_preseeds_the_plugin_and_makes_work_a_git_repo(sa
     h = prepared("opencode", sandbox, max_tokens=1234, context=65536)
     cfg = sandbox["home"] / ".config" / "opencode"
     c = json.loads((cfg / "opencode.json").read_text())
-    p = c["provider"][H.PROVIDER]
+    p = c["provider"][harnesses.PROVIDER]
     assert p["npm"] == "@ai-sdk/openai-compatible" and p["options"] == {"baseURL": BASE, "apiKey": SECRET}
     assert p["models"][MODEL] == {"name": MODEL, "tool_call": True, "limit": {"context": 65536, "output": 1234}}
-    assert c["model"] == c["small_model"] == f"{H.PROVIDER}/{MODEL}"
+    assert c["model"] == c["small_model"] == f"{harnesses.PROVIDER}/{MODEL}"
     assert c["autoupdate"] is False and c["share"] == "disabled" and c["permission"] == {"*": "allow"}
     assert json.loads((cfg / "package.json").read_text()) == {"dependencies": {"@opencode-ai/plugin": "*"}}
     assert json.loads((cfg / "package-lock.json").read_text()) == {
         "lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
     assert (cfg / "node_modules").is_dir() and (sandbox["work"] / ".git").is_dir()
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
-    assert launch.argv[1:] == ["run", "--model", f"{H.PROVIDER}/{MODEL}", "--title", RID]
+    assert launch.argv[1:] == ["run", "--model", f"{harnesses.PROVIDER}/{MODEL}", "--title", RID]
     assert launch.stdin == PROMPT.encode()                           # as an argument it would arrive quoted
     assert {k: launch.env[k] for k in launch.env if k.startswith("OPENCODE_")} == {
         "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
@@ -128,8 +128,8 @@ def test_hermes_writes_a_yaml_config_hermes_accepts(sandbox):
     yaml = pytest.importorskip("yaml")
     h = prepared("hermes", sandbox, max_tokens=1234, context=131072)
     c = yaml.safe_load((sandbox["home"] / ".hermes" / "config.yaml").read_text())
-    assert c == {"model": {"provider": H.PROVIDER, "default": MODEL, "context_length": 131072, "max_tokens": 1234},
-                 "providers": {H.PROVIDER: {"base_url": BASE, "api_key": SECRET}},
+    assert c == {"model": {"provider": harnesses.PROVIDER, "default": MODEL, "context_length": 131072, "max_tokens": 1234},
+                 "providers": {harnesses.PROVIDER: {"base_url": BASE, "api_key": SECRET}},
                  "security": {"allow_lazy_installs": False}, "agent": {"api_max_retries": 1}}
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[0].endswith("venv/bin/hermes") and "--version" not in launch.argv
@@ -145,7 +145,7 @@ def test_hermes_context_is_raised_to_the_64000_it_requires(sandbox):
 
 
 def test_hermes_success_is_read_from_the_usage_file(sandbox):
-    h, tmp = H.get_harness("hermes"), sandbox["tmp"]
+    h, tmp = harnesses.get_harness("hermes"), sandbox["tmp"]
     assert h.succeeded(0, sandbox["home"], tmp)[0] is False                 # no usage file: it never ran
     (tmp / "hermes-usage.json").write_text(json.dumps({"completed": False, "failed": True, "failure": "HTTP 500"}))
     ok, why = h.succeeded(0, sandbox["home"], tmp)
@@ -164,8 +164,8 @@ def test_hermes_success_is_read_from_the_usage_file(sandbox):
 
 @pytest.mark.parametrize("name", ["pi", "opencode", "mini"])
 def test_exit_code_decides_for_the_others(name, sandbox):
-    assert H.get_harness(name).succeeded(0, sandbox["home"], sandbox["tmp"]) == (True, "exit code 0")
-    assert H.get_harness(name).succeeded(1, sandbox["home"], sandbox["tmp"])[0] is False
+    assert harnesses.get_harness(name).succeeded(0, sandbox["home"], sandbox["tmp"]) == (True, "exit code 0")
+    assert harnesses.get_harness(name).succeeded(1, sandbox["home"], sandbox["tmp"])[0] is False
 
 
 @pytest.mark.parametrize("name", ["pi", "hermes"])
@@ -182,27 +182,27 @@ def test_mini_reads_its_key_from_its_config_not_the_command_line_or_environment(
     assert json.loads(config.read_text()) == {"base_url": BASE, "api_key": SECRET, "model": MODEL, "max_tokens": 1234}
     assert config.stat().st_mode & 0o077 == 0                        # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
-    assert launch.argv == [sys.executable, str(Path(M.__file__).resolve()), "--", PROMPT]
+    assert launch.argv == [sys.executable, str(Path(mini.__file__).resolve()), "--", PROMPT]
     assert SECRET not in " ".join(launch.argv) and SECRET not in " ".join(launch.env.values())
 
 
 def test_mini_tools_act_in_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert M.run_tool("write", json.dumps({"path": "d/a.txt", "content": "x = 1\n"})).startswith("wrote")
-    assert M.run_tool("read", json.dumps({"path": "d/a.txt"})) == "x = 1\n"
-    assert M.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "1", "new": "2"})) == "edited d/a.txt"
+    assert mini.run_tool("write", json.dumps({"path": "d/a.txt", "content": "x = 1\n"})).startswith("wrote")
+    assert mini.run_tool("read", json.dumps({"path": "d/a.txt"})) == "x = 1\n"
+    assert mini.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "1", "new": "2"})) == "edited d/a.txt"
     assert (tmp_path / "d/a.txt").read_text() == "x = 2\n"
-    assert "exactly once" in M.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "y", "new": "z"}))
-    assert M.run_tool("bash", json.dumps({"command": "cat d/a.txt; exit 3"})) == "x = 2\n\n(exit code 3)"
-    assert M.run_tool("bash", json.dumps({"command": "true"})) == "(no output)"
-    assert M.run_tool("bash", "{not json").startswith("error: JSONDecodeError")
-    assert M.run_tool("read", json.dumps({"path": "missing"})).startswith("error: FileNotFoundError")
-    assert M.run_tool("bash", "{}") == "error: missing argument 'command'"
-    assert M.run_tool("python", "{}").startswith("error: unknown tool")
+    assert "exactly once" in mini.run_tool("edit", json.dumps({"path": "d/a.txt", "old": "y", "new": "z"}))
+    assert mini.run_tool("bash", json.dumps({"command": "cat d/a.txt; exit 3"})) == "x = 2\n\n(exit code 3)"
+    assert mini.run_tool("bash", json.dumps({"command": "true"})) == "(no output)"
+    assert mini.run_tool("bash", "{not json").startswith("error: JSONDecodeError")
+    assert mini.run_tool("read", json.dumps({"path": "missing"})).startswith("error: FileNotFoundError")
+    assert mini.run_tool("bash", "{}") == "error: missing argument 'command'"
+    assert mini.run_tool("python", "{}").startswith("error: unknown tool")
 
 
 def test_install_failure_shows_the_installer_output_and_leaves_no_marker(tmp_path):
-    class Broken(H.Harness):
+    class Broken(harnesses.Harness):
         name, release, package = "broken", "0.0.1", "nothing"
 
         def install_commands(self, root):
@@ -211,7 +211,7 @@ def test_install_failure_shows_the_installer_output_and_leaves_no_marker(tmp_pat
         def binary(self, root):
             return root / "bin" / "broken"
 
-    with pytest.raises(H.InstallError, match="(?s)exited 3.*E404 no such package"):
+    with pytest.raises(harnesses.InstallError, match="(?s)exited 3.*E404 no such package"):
         Broken().install(tmp_path, quiet=True)
     assert not (tmp_path / "broken-0.0.1").exists()
 
@@ -219,13 +219,13 @@ def test_install_failure_shows_the_installer_output_and_leaves_no_marker(tmp_pat
 @pytest.mark.parametrize("name", ["pi", "opencode"])
 def test_install_without_node_says_so(name, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(H.InstallError, match="needs node and npm"):
-        H.get_harness(name).install(tmp_path, quiet=True)
-    assert not (tmp_path / f"{name}-{H.get_harness(name).release}").exists()
+    with pytest.raises(harnesses.InstallError, match="needs node and npm"):
+        harnesses.get_harness(name).install(tmp_path, quiet=True)
+    assert not (tmp_path / f"{name}-{harnesses.get_harness(name).release}").exists()
 
 
 def test_concurrent_installs_run_the_installer_once(tmp_path):
-    class Slow(H.Harness):
+    class Slow(harnesses.Harness):
         name, release, package = "slow", "1.0", "slow"
 
         def install_commands(self, root):
@@ -241,7 +241,7 @@ def test_concurrent_installs_run_the_installer_once(tmp_path):
     for t in threads:
         t.join()
     assert roots == [tmp_path / "slow-1.0"] * 4 and (tmp_path / "runs").read_text() == "\n"
-    assert (tmp_path / "slow-1.0" / H.MARKER).exists()
+    assert (tmp_path / "slow-1.0" / harnesses.MARKER).exists()
     Slow().install(tmp_path, quiet=True)                                  # idempotent: nothing runs again
     assert (tmp_path / "runs").read_text() == "\n"
 
@@ -424,10 +424,10 @@ NETWORK_TROUBLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONN
 
 @pytest.fixture(scope="module", params=REAL)
 def real(request):
-    h = H.get_harness(request.param)
+    h = harnesses.get_harness(request.param)
     try:
         h.install()
-    except H.InstallError as e:
+    except harnesses.InstallError as e:
         if any(s in str(e) for s in NETWORK_TROUBLE):
             pytest.skip(f"{h.name} could not be installed without network: {str(e)[-300:]}")
         raise
@@ -464,7 +464,7 @@ def test_real_harness_reports_failure_when_the_upstream_fails(real, sandbox, fai
 @pytest.mark.integration
 @pytest.mark.parametrize("stream", [False, True])
 def test_mini_runs_our_tool_call_and_sends_the_result_back(stream, sandbox, server):
-    h = H.get_harness("mini")
+    h = harnesses.get_harness("mini")
     rc, out, _ = run_harness(h, sandbox, server, flags=["--stream"] if stream else [])
     chats = check_solved(h, sandbox, server, rc, out)
     assert len(chats) == 2 and all(bool(c["body"].get("stream")) is stream for c in chats)
@@ -473,7 +473,7 @@ def test_mini_runs_our_tool_call_and_sends_the_result_back(stream, sandbox, serv
 
 @pytest.mark.integration
 def test_mini_exits_1_with_the_error_when_the_upstream_fails(sandbox, failing_server):
-    h = H.get_harness("mini")
+    h = harnesses.get_harness("mini")
     rc, out, seconds = run_harness(h, sandbox, failing_server)
     assert rc == 1 and "HTTP 500" in out and "scripted upstream failure" in out
     assert h.succeeded(rc, sandbox["home"], sandbox["tmp"])[0] is False and len(failing_server.chats) == 1
@@ -483,7 +483,7 @@ def test_mini_exits_1_with_the_error_when_the_upstream_fails(sandbox, failing_se
 def test_mini_stops_after_max_turns(sandbox, server):
     server.reply = lambda body: (None, [{"id": CALL_ID, "type": "function",
                                          "function": {"name": "bash", "arguments": json.dumps({"command": "true"})}}])
-    p = subprocess.run([sys.executable, M.__file__, "--base-url", f"{server.url}/r/{RID}/v1", "--api-key", SECRET,
+    p = subprocess.run([sys.executable, mini.__file__, "--base-url", f"{server.url}/r/{RID}/v1", "--api-key", SECRET,
                         "--model", MODEL, "--max-tokens", "512", "--max-turns", "3", PROMPT], cwd=sandbox["work"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "stopped after 3 turns" in p.stderr and len(server.chats) == 3

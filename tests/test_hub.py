@@ -7,9 +7,9 @@ from pathlib import Path
 import huggingface_hub as hf
 import pytest
 
-import checkpoint as C
+import checkpoint
 import hub
-import lora as L
+import lora
 import tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def adapter(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "base", "lfm3")
-    m = C.load_model(ckpt, device="cpu")
-    L.add_lora(m, rank=4, alpha=8, adapters=("pi",), seed=0)
-    config, tensors = L.snapshot(m, "pi", str(ckpt))
+    m = checkpoint.load_model(ckpt, device="cpu")
+    lora.add_lora(m, rank=4, alpha=8, adapters=("pi",), seed=0)
+    config, tensors = lora.snapshot(m, "pi", str(ckpt))
     card = hub.card(name="pi-v3", base="LiquidAI/LFM3-1.7B", harness="pi", harness_release="0.73.1",
                     cfg={"rank": 32, "alpha": 32, "lr": 1e-5, "group_size": 8, "bonus": 0.1, "bonus_scale": 15},
                     progress={"adapter version": 3, "reward": 0.25})
-    return L.write_adapter(tmp_path / "pi-v3", config, tensors, {hub.CARD: card})
+    return lora.write_adapter(tmp_path / "pi-v3", config, tensors, {hub.CARD: card})
 
 
 def test_a_recipe_models_card_names_its_base_and_harness_as_the_hub_reads_it(adapter):
@@ -78,6 +78,6 @@ def test_upload_refuses_a_repo_that_is_no_repo_id(adapter, repo):
 def test_a_missing_recipe_model_offline_says_what_to_download(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    with pytest.raises(C.CheckpointError) as e:
-        C.resolve_model("LFM3-1.7B")
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.resolve_model("LFM3-1.7B")
     assert "hf download LiquidAI/LFM3-1.7B" in str(e.value) and "could not be downloaded" in str(e.value)

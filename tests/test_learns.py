@@ -4,10 +4,10 @@ import time
 
 import torch
 
-import checkpoint as C
-import grpo as G
-import lora as L
-import rollout as R
+import checkpoint
+import grpo
+import lora
+import rollout
 import tiny
 from chat import ChatFormat
 from conftest import generate, grpo_loss
@@ -21,10 +21,10 @@ def digit_fraction(text):
 def test_grpo_raises_a_verifiable_reward(tmp_path):
     torch.manual_seed(0)
     path = tiny.write_tiny_checkpoint(tmp_path, "lfm3", seed=0)
-    model, fmt = C.load_model(path, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(path)
-    L.add_lora(model, rank=8, alpha=16, adapters=("policy",), seed=0)
-    L.set_adapter(model, "policy")
-    params = L.lora_parameters(model, "policy")
+    model, fmt = checkpoint.load_model(path, dtype=torch.float32, device="cpu"), ChatFormat.from_checkpoint(path)
+    lora.add_lora(model, rank=8, alpha=16, adapters=("policy",), seed=0)
+    lora.set_adapter(model, "policy")
+    params = lora.lora_parameters(model, "policy")
     for p in params:
         p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=2e-2, weight_decay=0.0)
@@ -39,20 +39,20 @@ def test_grpo_raises_a_verifiable_reward(tmp_path):
                                      eos_ids=fmt.eos_token_ids)
             r = [digit_fraction(fmt.decode(ids, skip_special_tokens=True)) for ids, _ in samples]
             rewards += r
-            adv, signal = G.group_advantages(r)
+            adv, signal = grpo.group_advantages(r)
             if signal:
                 for (ids, lps), a in zip(samples, adv):
-                    seqs += G.build_sequences([R.Turn(prompt, ids, lps, step)], a, rollout=f"{step}-{i}")
+                    seqs += grpo.build_sequences([rollout.Turn(prompt, ids, lps, step)], a, rollout=f"{step}-{i}")
         history.append(sum(rewards) / len(rewards))
         if len(history) >= 3 and sum(history[-3:]) / 3 > 0.7:
             break
-        packed = G.pack(seqs, token_budget=4096, micro_batches=2)
+        packed = grpo.pack(seqs, token_budget=4096, micro_batches=2)
         assert not packed.waiting and not packed.truncated
         model.train()
         opt.zero_grad()
         for mb in packed.micro_batches:
             h = model(mb.input_ids, mb.position_ids, return_hidden=True)
-            logp = G.token_logprobs(h, model.lm_head.weight, mb.targets)
+            logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets)
             loss, stats = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
             loss.backward()
         opt.step()

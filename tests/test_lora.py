@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import checkpoint as C
-import lora as L
+import checkpoint
+import lora
 from families import FAMILIES
 import model as M
 import tiny
@@ -20,7 +20,7 @@ peft = pytest.importorskip("peft")
 def randomize(model, adapter, seed=0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in L.lora_parameters(model, adapter):
+        for p in lora.lora_parameters(model, adapter):
             p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
 
@@ -33,10 +33,10 @@ def logits(m, ids):
 def ours_and_peft(tmp_path, model_type, trainable=False):
     """Our model with a random rank-8 adapter, and transformers' model with that adapter loaded by PEFT."""
     ref, ours = save_hf(tmp_path / "base", model_type)
-    L.add_lora(ours, rank=8, alpha=16)
+    lora.add_lora(ours, rank=8, alpha=16)
     randomize(ours, "default")
-    L.set_adapter(ours, "default")
-    L.save_adapter(ours, tmp_path / "adapter")
+    lora.set_adapter(ours, "default")
+    lora.save_adapter(ours, tmp_path / "adapter")
     return ours, peft.PeftModel.from_pretrained(ref, tmp_path / "adapter", is_trainable=trainable)
 
 
@@ -47,7 +47,7 @@ def test_our_adapter_loaded_by_peft_gives_same_logits(tmp_path, model_type):
     ids = rand_ids(2, 13)
     got, want = logits(ours, ids), logits(peft_model, ids)
     assert (got - want).abs().max().item() <= TOL
-    L.set_adapter(ours, None)
+    lora.set_adapter(ours, None)
     assert (logits(ours, ids) - want).abs().max().item() > 1e-3    # the adapter does change the output
 
 
@@ -58,8 +58,8 @@ def test_peft_adapter_loads_here_with_same_logits(tmp_path, model_type):
                           task_type="CAUSAL_LM")
     peft_model = peft.get_peft_model(ref, cfg).eval()
     peft_model.save_pretrained(tmp_path / "peft")
-    L.load_adapter(ours, tmp_path / "peft", adapter="from-peft")
-    L.set_adapter(ours, "from-peft")
+    lora.load_adapter(ours, tmp_path / "peft", adapter="from-peft")
+    lora.set_adapter(ours, "from-peft")
     ids = rand_ids(1, 17)
     assert (logits(ours, ids) - logits(peft_model, ids)).abs().max().item() <= TOL
 
@@ -75,7 +75,7 @@ def test_lora_gradients_match_peft(tmp_path, model_type):
         torch.nn.functional.cross_entropy(out.flatten(0, 1), tgt).backward()
     want = {n: p.grad for n, p in peft_model.named_parameters() if p.grad is not None}
     got = {}
-    for name, mod in L.lora_layers(ours).items():
+    for name, mod in lora.lora_layers(ours).items():
         for part in ("lora_A", "lora_B"):
             got[f"base_model.model.{name}.{part}.default.weight"] = getattr(mod, part)["default"].grad
     assert set(got) == set(want) and len(got) > 20
@@ -89,10 +89,10 @@ def test_hand_written_backwards_pass_gradcheck():
     g = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*s, generator=g, dtype=torch.double, requires_grad=True) for s in ((2, 3, 6), (5, 6), (5,)))
     A, B = (torch.randn(*s, generator=g, dtype=torch.double, requires_grad=True) for s in ((3, 6), (5, 3)))
-    assert torch.autograd.gradcheck(lambda *t: L._LoRA.apply(*t, 0.7), (x, w, b, A, B))
+    assert torch.autograd.gradcheck(lambda *t: lora._LoRA.apply(*t, 0.7), (x, w, b, A, B))
     # frozen base and frozen input (the first layer): only A and B get gradients, and the right ones
     x0, w0 = x.detach(), w.detach()
-    L._LoRA.apply(x0, w0, None, A, B, 0.7).sum().backward()
+    lora._LoRA.apply(x0, w0, None, A, B, 0.7).sum().backward()
     ga, gb = A.grad.clone(), B.grad.clone()
     A.grad = B.grad = None
     (F.linear(x0, w0) + 0.7 * (x0 @ A.t()) @ B.t()).sum().backward()
@@ -110,7 +110,7 @@ def test_peft_targets_the_same_modules_as_we_do(tmp_path):
         theirs = {n.removeprefix("base_model.model.") for n, m in pm.named_modules() if hasattr(m, "lora_A")
                   and isinstance(m.lora_A, torch.nn.ModuleDict)}
         theirs = {n for n in theirs if not n.endswith("feed_forward.gate")}     # PEFT also takes the router
-        ours_ = set(L.lora_layers(L.add_lora(ours, rank=2, alpha=32)))
+        ours_ = set(lora.lora_layers(lora.add_lora(ours, rank=2, alpha=32)))
         assert ours_ == theirs, model_type
 
 
@@ -118,8 +118,8 @@ def test_new_adapter_equals_base(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
     ids = rand_ids(2, 11)
     base = logits(ours, ids)
-    L.add_lora(ours, rank=32, alpha=32, adapters=("a", "b"))
-    L.set_adapter(ours, "a")
+    lora.add_lora(ours, rank=32, alpha=32, adapters=("a", "b"))
+    lora.set_adapter(ours, "a")
     assert torch.equal(logits(ours, ids), base)
 
 
@@ -129,21 +129,21 @@ def test_an_adapters_seed_fixes_its_init_and_leaves_the_global_rng_alone(tmp_pat
     torch.manual_seed(5)
     state = torch.get_rng_state()
     for name, seed in (("a", 0), ("b", 1), ("c", 0)):
-        L.add_lora(ours, rank=4, alpha=4, adapters=(name,), seed=seed)
+        lora.add_lora(ours, rank=4, alpha=4, adapters=(name,), seed=seed)
     assert torch.equal(torch.get_rng_state(), state)
-    a, b, c = (L.lora_parameters(ours, n)[0] for n in "abc")
+    a, b, c = (lora.lora_parameters(ours, n)[0] for n in "abc")
     assert torch.equal(a, c) and not torch.equal(a, b)
 
 
 def test_only_lora_parameters_train_and_other_adapters_stay_untouched(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2_moe")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
+    lora.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "b", seed=1)
     before = {n: p.detach().clone() for n, p in ours.named_parameters()}
-    for p in L.lora_parameters(ours, "a"):
+    for p in lora.lora_parameters(ours, "a"):
         p.requires_grad_(True)
-    L.set_adapter(ours, "a")
-    opt = torch.optim.AdamW(L.lora_parameters(ours, "a"), lr=1e-2)
+    lora.set_adapter(ours, "a")
+    opt = torch.optim.AdamW(lora.lora_parameters(ours, "a"), lr=1e-2)
     ours.train()
     ours(rand_ids(1, 9)).logsumexp(-1).mean().backward()
     opt.step()
@@ -159,24 +159,24 @@ def test_recomputed_layers_use_the_forwards_adapter_in_another_thread(tmp_path):
     per-thread adapter routing is unset (found by bench/gpu.sh on an H200: "a different number of tensors was saved",
     the base model's layers recomputed). Backward from another thread here: the gradients equal those without
     checkpointing."""
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
-    L.add_lora(ours, rank=4, alpha=8, adapters=("a", "b"), seed=0)
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    lora.add_lora(ours, rank=4, alpha=8, adapters=("a", "b"), seed=0)
     randomize(ours, "a", seed=1)
-    for p in L.lora_parameters(ours, "a"):
+    for p in lora.lora_parameters(ours, "a"):
         p.requires_grad_(True)
-    L.set_adapter(ours, "a")
+    lora.set_adapter(ours, "a")
     ours.train()
     ids, grads = rand_ids(1, 40, high=ours.config.vocab_size), []
     for ckpt in (False, True):
         ours.gradient_checkpointing = ckpt
-        for p in L.lora_parameters(ours, "a"):
+        for p in lora.lora_parameters(ours, "a"):
             p.grad = None
         loss, errors = ours(ids).logsumexp(-1).mean(), []
         t = threading.Thread(target=lambda: _backward(loss, errors))
         t.start()
         t.join()
         assert not errors, errors[0]
-        grads.append([p.grad.clone() for p in L.lora_parameters(ours, "a")])
+        grads.append([p.grad.clone() for p in lora.lora_parameters(ours, "a")])
     assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
     assert any(g.abs().sum() > 0 for g in grads[0])
 
@@ -190,19 +190,19 @@ def _backward(loss, errors):
 
 def test_per_row_adapters_equal_running_each_row_alone(tmp_path):
     _, ours = save_hf(tmp_path, "lfm3")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a",))
-    L.add_lora(ours, rank=8, alpha=16, adapters=("b",))      # another rank: the stacks are [4 + 8] wide
+    lora.add_lora(ours, rank=4, alpha=32, adapters=("a",))
+    lora.add_lora(ours, rank=8, alpha=16, adapters=("b",))      # another rank: the stacks are [4 + 8] wide
     randomize(ours, "a", 1)
     randomize(ours, "b", 2)
     ids = rand_ids(3, 10)
     rows = ["b", None, "a"]
-    L.set_adapter(ours, rows)
+    lora.set_adapter(ours, rows)
     got = logits(ours, ids)
     for i, name in enumerate(rows):
-        L.set_adapter(ours, name)
+        lora.set_adapter(ours, name)
         assert (got[i] - logits(ours, ids[i:i + 1])[0]).abs().max() <= TOL
     # and with a decoding cache (the embedded server's path)
-    L.set_adapter(ours, rows)
+    lora.set_adapter(ours, rows)
     cache = ours.new_cache(3)
     with torch.no_grad():
         steps = [ours(ids[:, :6], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
@@ -213,7 +213,7 @@ def per_row_layer(ranks, seed=0):
     """One LoRALinear 24 -> 20 with frozen adapters of the given ranks (random A and B of outputs ~1, scaling
     alpha / r)."""
     g = torch.Generator().manual_seed(seed)
-    lin = L.LoRALinear(torch.nn.Linear(24, 20), L.Routing())
+    lin = lora.LoRALinear(torch.nn.Linear(24, 20), lora.Routing())
     for name, r in ranks.items():
         lin.put(name, torch.nn.Parameter(0.2 * torch.randn(r, 24, generator=g), requires_grad=False),
                 torch.nn.Parameter(0.2 * torch.randn(20, r, generator=g), requires_grad=False), 16 / r)
@@ -232,7 +232,7 @@ def test_stacked_per_row_lora_equals_each_row_with_its_own_adapter(three_d):
     ranks 2 / 8 / 32 side by side, an adapter this layer lacks, [B*T, in] (model.py's flat tokens) and [B, T, in]."""
     lin = per_row_layer({"r2": 2, "r8": 8, "r32": 32})
     rows = ["r8", None, "r32", "r2", "r8", "elsewhere", None]     # "elsewhere": an adapter on other layers only
-    L.set_adapter(SimpleNamespace(lora_routing=lin.routing, lora_config=dict.fromkeys(rows)), rows)
+    lora.set_adapter(SimpleNamespace(lora_routing=lin.routing, lora_config=dict.fromkeys(rows)), rows)
     x = torch.randn(len(rows), 5, 24, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = lin(x if three_d else x.flatten(0, 1)).view(len(rows), 5, 20)
@@ -244,44 +244,44 @@ def test_a_stale_stack_is_never_used(tmp_path):
     """The per-layer cache of stacked adapters follows in-place writes (copy_, a trainer's AdamW step on an
     adapter the server also routes to) and a name removed then added back with other weights (a load in place)."""
     _, ours = save_hf(tmp_path, "lfm2")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b", "live"))
+    lora.add_lora(ours, rank=4, alpha=32, adapters=("a", "b", "live"))
     for i, name in enumerate(("a", "b", "live")):
         randomize(ours, name, i)
-    for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b"):
+    for p in lora.lora_parameters(ours, "a") + lora.lora_parameters(ours, "b"):
         p.requires_grad_(False)        # served snapshots are frozen; "live" trains
     ids, rows = rand_ids(3, 7), ["a", "b", "live"]
 
     def check(what):
-        L.set_adapter(ours, rows)
+        lora.set_adapter(ours, rows)
         got = logits(ours, ids)
         for i, name in enumerate(rows):
-            L.set_adapter(ours, name)
+            lora.set_adapter(ours, name)
             assert (got[i] - logits(ours, ids[i:i + 1])[0]).abs().max() <= TOL, (what, name)
     check("first")                     # builds and caches the stacks
-    lin = next(iter(L.lora_layers(ours).values()))
+    lin = next(iter(lora.lora_layers(ours).values()))
     fresh = lambda names: lin.stacked(names, torch.float32)[0] is not lin.stacked(names, torch.float32)[0]  # noqa: E731
     assert fresh(("a", "b", "live"))   # "live" trains: never cached
     rows = ["a", "b", None]
     check("frozen only")
     assert not fresh(("a", "b"))       # frozen ones are
     with torch.no_grad():              # an in-place write on a cached adapter
-        for p in L.lora_parameters(ours, "a"):
+        for p in lora.lora_parameters(ours, "a"):
             p.mul_(-2)
     check("after copy_")
-    config, sd = L.snapshot(ours, "live")
-    L.install_adapter(ours, config, sd, "b", replace=True)       # inference.py's load_inplace
+    config, sd = lora.snapshot(ours, "live")
+    lora.install_adapter(ours, config, sd, "b", replace=True)       # inference.py's load_inplace
     check("after a load in place")
-    L.remove_adapter(ours, "a")
-    L.add_lora(ours, rank=8, alpha=8, adapters=("a",))           # same name, new weights (B = 0: the base)
+    lora.remove_adapter(ours, "a")
+    lora.add_lora(ours, rank=8, alpha=8, adapters=("a",))           # same name, new weights (B = 0: the base)
     randomize(ours, "a", 7)
-    for p in L.lora_parameters(ours, "a"):
+    for p in lora.lora_parameters(ours, "a"):
         p.requires_grad_(False)
     check("after remove + add")
     rows = ["live", "a", "b"]
     check("with the live adapter")
     for fused in (False, True):       # fused AdamW writes without bumping _version: the live one is never cached
-        opt = torch.optim.AdamW(L.lora_parameters(ours, "live"), lr=0.05, fused=fused)
-        L.set_adapter(ours, "live")
+        opt = torch.optim.AdamW(lora.lora_parameters(ours, "live"), lr=0.05, fused=fused)
+        lora.set_adapter(ours, "live")
         ours(ids).logsumexp(-1).mean().backward()
         opt.step()
         check(f"after an AdamW step, fused={fused}")
@@ -290,51 +290,51 @@ def test_a_stale_stack_is_never_used(tmp_path):
 def test_per_row_gradients_equal_separate_forwards(tmp_path):
     """With gradients on, the per-row path trains every adapter of the batch as separate forwards would."""
     _, ours = save_hf(tmp_path, "lfm3")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
+    lora.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "a", 1)
     randomize(ours, "b", 2)
     ids, rows = rand_ids(3, 6), ["b", None, "a"]
     grads = []
     for per_row in (True, False):
-        for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b"):
+        for p in lora.lora_parameters(ours, "a") + lora.lora_parameters(ours, "b"):
             p.grad = None
         if per_row:
-            L.set_adapter(ours, rows)
+            lora.set_adapter(ours, rows)
             ours(ids).logsumexp(-1).sum().backward()
         else:
             for i, name in enumerate(rows):
                 if name:                # the base row has nothing to train
-                    L.set_adapter(ours, name)
+                    lora.set_adapter(ours, name)
                     ours(ids[i:i + 1]).logsumexp(-1).sum().backward()
-        grads.append([p.grad.clone() for p in L.lora_parameters(ours, "a") + L.lora_parameters(ours, "b")])
+        grads.append([p.grad.clone() for p in lora.lora_parameters(ours, "a") + lora.lora_parameters(ours, "b")])
     for g, want in zip(*grads):
         assert (g - want).abs().max() <= 1e-4 * max(1.0, want.abs().max().item())   # as the PEFT gradient test
 
 
 def test_remove_and_add_at_run_time_leave_others_alone(tmp_path):
     _, ours = save_hf(tmp_path, "lfm2")
-    L.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
+    lora.add_lora(ours, rank=4, alpha=32, adapters=("a", "b"))
     randomize(ours, "a", 3)
     ids = rand_ids(1, 8)
-    L.set_adapter(ours, "a")
+    lora.set_adapter(ours, "a")
     want = logits(ours, ids)
-    L.remove_adapter(ours, "b")
-    L.add_lora(ours, rank=8, alpha=32, adapters=("c",))
+    lora.remove_adapter(ours, "b")
+    lora.add_lora(ours, rank=8, alpha=32, adapters=("c",))
     assert torch.equal(logits(ours, ids), want)
-    assert L.adapter_names(ours) == ["a", "c"]
-    with pytest.raises(L.AdapterError, match="already loaded"):
-        L.add_lora(ours, rank=32, alpha=32, adapters=("a",))
-    with pytest.raises(L.AdapterError, match="unknown adapter 'b'"):
-        L.set_adapter(ours, "b")
+    assert lora.adapter_names(ours) == ["a", "c"]
+    with pytest.raises(lora.AdapterError, match="already loaded"):
+        lora.add_lora(ours, rank=32, alpha=32, adapters=("a",))
+    with pytest.raises(lora.AdapterError, match="unknown adapter 'b'"):
+        lora.set_adapter(ours, "b")
 
 
 def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
-    L.add_lora(ours, rank=32, alpha=32)      # the recipe's numbers: rank 32, alpha 32
-    out = L.save_adapter(ours, tmp_path / "pi-v1")
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path / "m", "lfm2"), dtype=torch.float32, device=DEVICE)
+    lora.add_lora(ours, rank=32, alpha=32)      # the recipe's numbers: rank 32, alpha 32
+    out = lora.save_adapter(ours, tmp_path / "pi-v1")
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM" and cfg["bias"] == "none"
-    assert cfg["r"] == 32 and cfg["r"] in L.VLLM_RANKS and cfg["lora_alpha"] == 32 and not cfg["use_dora"]
+    assert cfg["r"] == 32 and cfg["r"] in lora.VLLM_RANKS and cfg["lora_alpha"] == 32 and not cfg["use_dora"]
     # vLLM's LFM2 packs q/k/v -> qkv_proj and w1/w3 -> w13; the rest keep HF names
     vllm_lfm2 = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
     assert set(cfg["target_modules"]) <= vllm_lfm2
@@ -350,48 +350,48 @@ def test_saved_config_and_keys_meet_vllm_rules(tmp_path):
 
 def test_misfit_adapters_are_refused_naming_the_key_and_nothing_is_loaded(tmp_path):
     _, ours = save_hf(tmp_path / "a", "lfm2")
-    L.add_lora(ours, rank=4, alpha=32)
-    L.save_adapter(ours, tmp_path / "ad")
+    lora.add_lora(ours, rank=4, alpha=32)
+    lora.save_adapter(ours, tmp_path / "ad")
     _, other = save_hf(tmp_path / "other", "lfm2", hidden_size=64)     # same layout, other width
-    with pytest.raises(L.AdapterError, match=r"lora_A .* do not fit .*other base model"):
-        L.load_adapter(other, tmp_path / "ad", adapter="x")
-    small = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
-    with pytest.raises(L.AdapterError, match=r"self_attn.k_proj.lora_A.weight.*not a module of this model"):
-        L.load_adapter(small, tmp_path / "ad", adapter="x")
-    assert L.adapter_names(other) == [] and all("lora_A" not in n or not len(m.lora_A)
-                                                 for n, m in other.named_modules() if isinstance(m, L.LoRALinear))
+    with pytest.raises(lora.AdapterError, match=r"lora_A .* do not fit .*other base model"):
+        lora.load_adapter(other, tmp_path / "ad", adapter="x")
+    small = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny", "lfm2"), dtype=torch.float32, device=DEVICE)
+    with pytest.raises(lora.AdapterError, match=r"self_attn.k_proj.lora_A.weight.*not a module of this model"):
+        lora.load_adapter(small, tmp_path / "ad", adapter="x")
+    assert lora.adapter_names(other) == [] and all("lora_A" not in n or not len(m.lora_A)
+                                                 for n, m in other.named_modules() if isinstance(m, lora.LoRALinear))
     from safetensors.torch import load_file, save_file
     sd = load_file(tmp_path / "ad" / "adapter_model.safetensors")
     bad = dict(sd, **{"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 48)})
     save_file(bad, tmp_path / "ad" / "adapter_model.safetensors")
-    with pytest.raises(L.AdapterError, match=r"lm_head.lora_A.weight.*not a LoRA target"):
-        L.load_adapter(ours, tmp_path / "ad", adapter="y")
+    with pytest.raises(lora.AdapterError, match=r"lm_head.lora_A.weight.*not a LoRA target"):
+        lora.load_adapter(ours, tmp_path / "ad", adapter="y")
     bad = {k: v for k, v in sd.items() if not k.endswith("layers.0.conv.in_proj.lora_B.weight")}
     save_file(bad, tmp_path / "ad" / "adapter_model.safetensors")
-    with pytest.raises(L.AdapterError, match=r"layers.0.conv.in_proj has lora_A but not its pair"):
-        L.load_adapter(ours, tmp_path / "ad", adapter="y")
+    with pytest.raises(lora.AdapterError, match=r"layers.0.conv.in_proj has lora_A but not its pair"):
+        lora.load_adapter(ours, tmp_path / "ad", adapter="y")
     cfg = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
     (tmp_path / "ad" / "adapter_config.json").write_text(json.dumps(dict(cfg, use_dora=True)))
-    with pytest.raises(L.AdapterError, match="use_dora"):
-        L.load_adapter(ours, tmp_path / "ad", adapter="y")
-    assert "y" not in L.adapter_names(ours)
+    with pytest.raises(lora.AdapterError, match="use_dora"):
+        lora.load_adapter(ours, tmp_path / "ad", adapter="y")
+    assert "y" not in lora.adapter_names(ours)
 
 
 def test_merge_and_merged_export_match_the_adapter(tmp_path):
     torch.manual_seed(0)        # the input ids: the same whichever tests ran before (fp32 rounding varies with them)
     path = tiny.write_tiny_checkpoint(tmp_path / "base", "lfm3")
-    ours = C.load_model(path, dtype=torch.float32, device=DEVICE)
-    L.add_lora(ours, rank=4, alpha=32)
+    ours = checkpoint.load_model(path, dtype=torch.float32, device=DEVICE)
+    lora.add_lora(ours, rank=4, alpha=32)
     randomize(ours, "default")
-    L.set_adapter(ours, "default")
+    lora.set_adapter(ours, "default")
     ids = rand_ids(1, 12, high=ours.config.vocab_size)
     want = logits(ours, ids)
-    L.save_merged(ours, path, tmp_path / "merged")
-    merged = C.load_model(tmp_path / "merged", dtype=torch.float32, device=DEVICE)
+    lora.save_merged(ours, path, tmp_path / "merged")
+    merged = checkpoint.load_model(tmp_path / "merged", dtype=torch.float32, device=DEVICE)
     assert (logits(merged, ids) - want).abs().max() <= TOL
     assert (tmp_path / "merged" / "tokenizer.json").exists()
-    L.merge_adapter(ours, "default")
-    assert L.adapter_names(ours) == [] and (logits(ours, ids) - want).abs().max() <= TOL
+    lora.merge_adapter(ours, "default")
+    assert lora.adapter_names(ours) == [] and (logits(ours, ids) - want).abs().max() <= TOL
 
 
 def test_rslora_scaling_is_honoured(tmp_path):
@@ -400,9 +400,9 @@ def test_rslora_scaling_is_honoured(tmp_path):
                           init_lora_weights=False)
     pm = peft.get_peft_model(ref, cfg).eval()
     pm.save_pretrained(tmp_path / "peft")
-    L.load_adapter(ours, tmp_path / "peft")
-    L.set_adapter(ours, "default")
-    assert all(math.isclose(lin.scaling["default"], 8 / 2) for lin in L.lora_layers(ours).values()
+    lora.load_adapter(ours, tmp_path / "peft")
+    lora.set_adapter(ours, "default")
+    assert all(math.isclose(lin.scaling["default"], 8 / 2) for lin in lora.lora_layers(ours).values()
                if "default" in lin.scaling)     # alpha / sqrt(r), not alpha / r
     ids = rand_ids(1, 9)
     assert (logits(ours, ids) - logits(pm, ids)).abs().max() <= TOL

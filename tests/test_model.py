@@ -5,10 +5,10 @@ import os
 import pytest
 import torch
 
-import checkpoint as C
+import checkpoint
 import families
 import kvcache
-import model as M
+import model
 import tiny
 from conftest import generate  # noqa: E402
 
@@ -66,7 +66,7 @@ def save_hf(tmp_path, model_type, seed=0, **over):
             if n.endswith("expert_bias"):
                 b.copy_(0.1 * torch.randn_like(b))
     ref.save_pretrained(tmp_path)
-    return ref.to(DEVICE), C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    return ref.to(DEVICE), checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
 
 
 FAMILIES = ["lfm2", "lfm2_moe", "lfm3", "qwen3", "llama"]
@@ -89,7 +89,7 @@ def test_lfm3_gate_proj_name_on_disk_is_accepted(tmp_path):
     sd = load_file(tmp_path / "model.safetensors")
     sd = {k.replace(".self_attn.g_proj.", ".self_attn.gate_proj."): v for k, v in sd.items()}
     save_file(sd, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 9)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max().item() <= TOL
@@ -145,9 +145,9 @@ def _tree_rows(vocab, g):
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_branches_equal_separate_runs(tmp_path, model_type):
     """A branch (a segment starting at p > 0) = root[:p] + branch run alone, in every family, on two rows."""
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(0))
-    seg = M.find_segments(pos)
+    seg = model.find_segments(pos)
     assert seg.branched and seg.shared[:7] == [0, 20, 9, 8, 7, 2, 0] and seg.root[1:6] == [0] * 5
     assert seg.root[-1] == 7 and seg.shared[-1] == 33      # row 1's branch has row 1's root
     with torch.no_grad():
@@ -159,7 +159,7 @@ def test_branches_equal_separate_runs(tmp_path, model_type):
 
 
 def test_branch_backward_matches_separate(tmp_path):
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm3"), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids, pos, separate, skip = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(1))
     ours(ids.to(DEVICE), pos.to(DEVICE)).logsumexp(-1).sum().backward()
@@ -179,8 +179,8 @@ def test_fused_attention_equals_the_default_path(tmp_path, model_type, monkeypat
     (what a GPU's kernel is checked against) is reached by lifting that device check, in this test only."""
     import torch.nn.attention.flex_attention as FA
     monkeypatch.setattr(FA, "_validate_device", lambda *a: None)
-    monkeypatch.setattr(M, "_FLEX_FAILED", [])     # (an earlier test's model may have had heads under 16)
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
+    monkeypatch.setattr(model, "_FLEX_FAILED", [])     # (an earlier test's model may have had heads under 16)
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, model_type), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids, pos, _, _ = _tree_rows(ours.config.vocab_size, torch.Generator().manual_seed(2))
     lens = [11, 3, 17, 1, 9]
@@ -197,21 +197,21 @@ def test_fused_attention_equals_the_default_path(tmp_path, model_type, monkeypat
         assert (out[True][0] - out[False][0]).abs().max().item() <= TOL
         for n, g in out[False][1].items():
             assert torch.allclose(out[True][1][n], g, atol=1e-4), n
-    assert not M._FLEX_FAILED                 # the fused path ran: no fall-back to SDPA
+    assert not model._FLEX_FAILED                 # the fused path ran: no fall-back to SDPA
     ours.fused = None
 
 
 def test_moe_grouped_gemm_equals_the_loop_over_experts(tmp_path, monkeypatch):
     """Issue 42: MoE experts as three torch._grouped_mm calls (no .tolist() sync per layer) give the loop over
     experts' logits and gradients."""
-    if not M._grouped(torch.ones(1, device=DEVICE)):     # (CUDA: bf16 on sm90+ only; this test is fp32)
+    if not model._grouped(torch.ones(1, device=DEVICE)):     # (CUDA: bf16 on sm90+ only; this test is fp32)
         pytest.skip(f"torch._grouped_mm does not run in fp32 on {DEVICE}: the loop over experts is what runs here")
-    ours = C.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm2_moe"), dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path, "lfm2_moe"), dtype=torch.float32, device=DEVICE)
     ours.requires_grad_(True)
     ids = rand_ids(2, 33)
     out = {}
     for grouped in (False, True):
-        monkeypatch.setattr(M, "_grouped", lambda x, g=grouped: g)
+        monkeypatch.setattr(model, "_grouped", lambda x, g=grouped: g)
         ours.zero_grad()
         logits = ours(ids)
         (logits.logsumexp(-1) * torch.linspace(0.5, 1.5, 33, device=DEVICE)).sum().backward()
@@ -222,15 +222,15 @@ def test_moe_grouped_gemm_equals_the_loop_over_experts(tmp_path, monkeypatch):
 
 
 def test_segments_without_branches_and_bad_branches():
-    seg = M.find_segments(torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    seg = model.find_segments(torch.tensor([[0, 1, 2, 0, 1, 0]]))
     assert seg.lengths == [3, 2, 1] and seg.starts == [0, 3, 5] and not seg.branched
-    seg = M.find_segments(torch.tensor([[4, 5, 6, 0, 1]]))     # a row may start anywhere: not a branch
+    seg = model.find_segments(torch.tensor([[4, 5, 6, 0, 1]]))     # a row may start anywhere: not a branch
     assert seg.lengths == [3, 2] and not seg.branched
-    assert M.find_segments(torch.arange(6).view(2, 3)).uniform
+    assert model.find_segments(torch.arange(6).view(2, 3)).uniform
     with pytest.raises(ValueError, match="root has only 3 tokens"):
-        M.find_segments(torch.tensor([[0, 1, 2, 4, 5]]))
+        model.find_segments(torch.tensor([[0, 1, 2, 4, 5]]))
     with pytest.raises(ValueError, match="no segment starting at 0"):
-        M.find_segments(torch.tensor([[4, 5, 6, 2, 3]]))
+        model.find_segments(torch.tensor([[4, 5, 6, 2, 3]]))
 
 
 def test_gradient_checkpointing_gives_same_gradients(tmp_path):
@@ -316,20 +316,20 @@ def test_generate_is_seeded_and_logprobs_are_the_sampled_distribution(tmp_path):
 
 def test_unknown_model_type_is_refused_with_the_supported_list(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "hidden_size": 8}))
-    with pytest.raises(C.CheckpointError, match=r"gpt2.*lfm2, lfm2_moe, lfm3, llama, qwen3"):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match=r"gpt2.*lfm2, lfm2_moe, lfm3, llama, qwen3"):
+        checkpoint.load_model(tmp_path)
 
 
 def test_missing_weights_file_is_named(tmp_path):
     save_hf(tmp_path, "lfm2")
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(C.CheckpointError, match="no model.safetensors"):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match="no model.safetensors"):
+        checkpoint.load_model(tmp_path)
 
 
 def test_missing_config_is_named(tmp_path):
-    with pytest.raises(C.CheckpointError, match="no config.json"):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match="no config.json"):
+        checkpoint.load_model(tmp_path)
 
 
 def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
@@ -339,13 +339,13 @@ def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path):
     ref.to(DEVICE)
     shards = sorted(tmp_path.glob("model-*.safetensors"))
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
-    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 12)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
     shards[-1].unlink()
-    with pytest.raises(C.CheckpointError, match=shards[-1].name):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match=shards[-1].name):
+        checkpoint.load_model(tmp_path)
 
 
 def test_shape_mismatch_in_a_shard_names_tensor_and_file(tmp_path):
@@ -353,8 +353,8 @@ def test_shape_mismatch_in_a_shard_names_tensor_and_file(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["num_key_value_heads"] = 4     # k_proj/v_proj now disagree with the weights
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(C.CheckpointError, match=r"model.safetensors: tensor model\.layers\.\d+\.self_attn\.k_proj"):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match=r"model.safetensors: tensor model\.layers\.\d+\.self_attn\.k_proj"):
+        checkpoint.load_model(tmp_path)
 
 
 def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
@@ -362,8 +362,8 @@ def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["tie_word_embeddings"] = False
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(C.CheckpointError, match="missing tensors: lm_head.weight"):
-        C.load_model(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match="missing tensors: lm_head.weight"):
+        checkpoint.load_model(tmp_path)
 
 
 def test_lfm2_legacy_config_keys(tmp_path):
@@ -375,7 +375,7 @@ def test_lfm2_legacy_config_keys(tmp_path):
     cfg["tie_embedding"] = cfg.pop("tie_word_embeddings")
     cfg["rope_theta"] = cfg.pop("rope_parameters")["rope_theta"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = rand_ids(1, 10)
     with torch.no_grad():
         assert (ours(ids) - ref(ids).logits).abs().max() <= TOL
@@ -390,28 +390,28 @@ def test_resolve_model_finds_a_hf_cache_snapshot(tmp_path, monkeypatch):
     (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs").mkdir()
     (tmp_path / "hub" / "models--LiquidAI--LFM3-1.7B" / "refs" / "main").write_text("abc123")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert C.resolve_model("LFM3-1.7B") == snap
-    assert C.resolve_model("LiquidAI/LFM3-1.7B") == snap
+    assert checkpoint.resolve_model("LFM3-1.7B") == snap
+    assert checkpoint.resolve_model("LiquidAI/LFM3-1.7B") == snap
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert C.resolve_model("LFM3-1.7B") == snap
+    assert checkpoint.resolve_model("LFM3-1.7B") == snap
 
 
 def test_resolve_model_missing_names_repo_and_download_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(C.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
-        C.resolve_model("LFM3-1.7B")
+    with pytest.raises(checkpoint.CheckpointError, match=r"hf download LiquidAI/LFM3-1\.7B"):
+        checkpoint.resolve_model("LFM3-1.7B")
 
 
 def test_twil_8b_has_no_public_checkpoint_and_the_error_says_what_to_pass(tmp_path, monkeypatch):
     """A recipe row, but no public weights (references.md): one message saying what to get and how to pass it."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(C.CheckpointError, match=r"TwIL-8B: .* no public checkpoint .* model_type of lfm2, .*"
+    with pytest.raises(checkpoint.CheckpointError, match=r"TwIL-8B: .* no public checkpoint .* model_type of lfm2, .*"
                                                 r"pass --model /path/to/checkpoint --recipe TwIL-8B$"):
-        C.resolve_model("TwIL-8B")
+        checkpoint.resolve_model("TwIL-8B")
     (tmp_path / "TwIL-8B").mkdir()                       # a folder of that name is a checkpoint folder as always
     monkeypatch.chdir(tmp_path)
-    assert C.resolve_model("TwIL-8B").samefile(tmp_path / "TwIL-8B")
+    assert checkpoint.resolve_model("TwIL-8B").samefile(tmp_path / "TwIL-8B")
 
 
 # ----------------------------------------------------------------------------- tiny checkpoints
@@ -419,7 +419,7 @@ def test_twil_8b_has_no_public_checkpoint_and_the_error_says_what_to_pass(tmp_pa
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_tiny_checkpoint_loads_in_transformers_with_same_logits(tmp_path, model_type):
     tiny.write_tiny_checkpoint(tmp_path, model_type, seed=1)
-    ours = C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    ours = checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).to(DEVICE).eval()
     ids = rand_ids(1, 19, high=ours.config.vocab_size)
     with torch.no_grad():
@@ -439,7 +439,7 @@ def test_tiny_checkpoint_chat_round_trip(tmp_path):
     """The tiny checkpoint's tokenizer, template and model work together: render, generate, decode."""
     from chat import ChatFormat
     tiny.write_tiny_checkpoint(tmp_path, "lfm3")
-    fmt, ours = ChatFormat.from_checkpoint(tmp_path), C.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
+    fmt, ours = ChatFormat.from_checkpoint(tmp_path), checkpoint.load_model(tmp_path, dtype=torch.float32, device=DEVICE)
     ids = fmt.render([{"role": "user", "content": "hi"}])
     out, lps = generate(ours, ids, max_new_tokens=5, temperature=0, seed=0)
     assert len(out) == len(lps) and all(lp <= 0 for lp in lps)

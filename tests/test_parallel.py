@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import checkpoint as C
-import grpo as G
-import lora as L
-import parallel as P
+import checkpoint
+import grpo
+import lora
+import parallel
 import tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,10 +43,10 @@ def steps(vocab, micro_batches, n=2, seed=0):
         seqs = []
         for _ in range(6):
             length, prompt = rng.randint(10, 24), rng.randint(2, 6)
-            seqs.append(G.Sequence([rng.randrange(vocab) for _ in range(length)], [0] * prompt + [1] * (length - prompt),
+            seqs.append(grpo.Sequence([rng.randrange(vocab) for _ in range(length)], [0] * prompt + [1] * (length - prompt),
                                    [0.0] * prompt + [rng.uniform(-7, -5.5) for _ in range(length - prompt)],
                                    rng.gauss(0, 1)))
-        packed = G.pack(seqs, token_budget=160 * micro_batches, micro_batches=micro_batches, min_shared=None)
+        packed = grpo.pack(seqs, token_budget=160 * micro_batches, micro_batches=micro_batches, min_shared=None)
         assert len(packed.micro_batches) == micro_batches and not packed.waiting
         out.append(packed)
     return out
@@ -54,46 +54,46 @@ def steps(vocab, micro_batches, n=2, seed=0):
 
 def train(ckpt, mode, micro_batches, dtype=F32):
     """(adapter tensors on rank 0, grad norm per step, the adapter before training)."""
-    model = C.load_model(ckpt, dtype=dtype, device="cpu")
-    L.add_lora(model, rank=4, alpha=8, adapters=("a",), seed=1)
+    model = checkpoint.load_model(ckpt, dtype=dtype, device="cpu")
+    lora.add_lora(model, rank=4, alpha=8, adapters=("a",), seed=1)
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        for lin in L.lora_layers(model).values():
+        for lin in lora.lora_layers(model).values():
             lin.lora_B["a"].copy_(0.05 * torch.randn(lin.lora_B["a"].shape, generator=g))
-    for p in L.lora_parameters(model, "a"):
+    for p in lora.lora_parameters(model, "a"):
         p.requires_grad_(True)
-    L.set_adapter(model, "a")
+    lora.set_adapter(model, "a")
     model.train()
-    before = {k: v.clone() for k, v in L.adapter_state(model, "a").items()}
-    net = P.wrap(model, mode) if mode else model
+    before = {k: v.clone() for k, v in lora.adapter_state(model, "a").items()}
+    net = parallel.wrap(model, mode) if mode else model
     params = [p for p in net.parameters() if p.requires_grad]          # after wrapping (FSDP2: shards)
     opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
     norms = []
     for packed in steps(model.config.vocab_size, micro_batches):
         def loss_fn(m, mb):
             h = m(mb.input_ids, mb.position_ids, return_hidden=True)
-            logp = G.token_logprobs(h, model.lm_head.weight, mb.targets)
-            return G.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, **LOSS)
-        _, norm = P.train_step(net, opt, params, packed.micro_batches, loss_fn, grad_clip=1.0)
+            logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets)
+            return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, **LOSS)
+        _, norm = parallel.train_step(net, opt, params, packed.micro_batches, loss_fn, grad_clip=1.0)
         norms.append(norm)
     # a checkpoint as train.py writes it (whole tensors, by parameter index), and loaded back: a no-op
-    saved = P.whole({"params": [p.detach() for p in params], "opt": opt.state_dict()})
+    saved = parallel.whole({"params": [p.detach() for p in params], "opt": opt.state_dict()})
     mine = [p.detach().clone() for p in params]
-    P.load_whole(params, saved["params"], opt, saved["opt"])
+    parallel.load_whole(params, saved["params"], opt, saved["opt"])
     assert all(torch.equal(getattr(a, "_local_tensor", a), getattr(p.detach(), "_local_tensor", p.detach()))
                for a, p in zip(mine, params))
-    return P.adapter_state(net, "a"), norms, before, saved
+    return parallel.adapter_state(net, "a"), norms, before, saved
 
 
 def worker(out_dir, ckpts):    # under torchrun: every case, rank 0 writes the results
-    rank, world, _ = P.init()
+    rank, world, _ = parallel.init()
     assert world == 2
     torch.set_num_threads(1)
     results = {name: train(ckpts[mt], mode, n, dtype) for name, (mt, mode, n, dtype) in CASES.items()}
     results = {name: (r[0], r[1], r[3]) for name, r in results.items()}
     if rank == 0:
         torch.save(results, Path(out_dir) / "results.pt")
-    P.close()
+    parallel.close()
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_without_the_collective_ranks_diverge(two_ranks, ckpts):
 def test_shard_gives_every_rank_the_same_count():
     mbs = steps(100, 5, n=1)[0].micro_batches
     for n, world in ((4, 2), (3, 2), (1, 2), (0, 2), (4, 1), (5, 4)):
-        shares = [P.shard(mbs[:n], r, world) for r in range(world)]
+        shares = [parallel.shard(mbs[:n], r, world) for r in range(world)]
         assert {len(s) for s in shares} == {-(-n // world)}
         real = [id(m) for s in shares for m in s if m is not None]
         assert sorted(real) == sorted(id(m) for m in mbs[:n])      # each micro-batch exactly once

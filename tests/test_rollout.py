@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-import grpo as G
+import grpo
 import guard
-import harnesses as H
+import harnesses
 import pool as PL
-import rollout as R
+import rollout
 import sandbox as SB
-import inference as S
-import servers as SV
+import inference
+import servers
 import tasks as T
-import taskenv as E
+import taskenv
 import tiny
 from recipe import SHARED
 
@@ -105,18 +105,18 @@ class Upstream:
         return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
-async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=R.WALL,
+async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="auto", guard=True, wall=rollout.WALL,
               keep=False, public=None):
     url = await upstream.start()
-    client = SV.Client(url, timeout=30)
-    proxy = R.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
+    client = servers.Client(url, timeout=30)
+    proxy = rollout.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
     await proxy.start()
     proxy.public = public
     task = task or make_task(tmp / "tasks")
-    harness = H.get_harness(harness_name)
-    r = R.Rollout(task, harness_name, start_version=3)
+    harness = harnesses.get_harness(harness_name)
+    r = rollout.Rollout(task, harness_name, start_version=3)
     try:
-        await R.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, wall=wall,
+        await rollout.run_rollout(r, harness, proxy, tmp / "sandboxes", timeout=timeout, sandbox=sandbox, wall=wall,
                             keep=keep, **NUMBERS)
     finally:
         await proxy.stop()
@@ -145,7 +145,7 @@ HARNESS_PARAMS = ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for 
 def need(name):
     if name != "mini":
         try:
-            H.get_harness(name).install(quiet=True)
+            harnesses.get_harness(name).install(quiet=True)
         except Exception as e:   # noqa: BLE001 - report why the real binary is unavailable
             pytest.fail(f"could not install {name}: {e}")
 
@@ -173,7 +173,7 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
     r = asyncio.run(one(tmp_path, name, up))
     assert r.blocked and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
     assert r.tool_calls == 2 and r.score == 1.0                          # solved, but blocked: reward 0
-    assert G.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
     note = r.verdicts[0]["note"]
     later = [m for q in up.requests[1:] for m in q["messages"] if m.get("role") == "assistant"]
     assert any(note in json.dumps(m.get("content")) for m in later), "the note did not reach the harness"
@@ -226,7 +226,7 @@ def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
 
 def test_streaming_harness_gets_sse_and_the_same_result(tmp_path, monkeypatch):
     up = Upstream()
-    harness = H.get_harness("mini")
+    harness = harnesses.get_harness("mini")
     orig = harness.launch
 
     def launch(*a, **kw):
@@ -244,9 +244,9 @@ def test_proxy_auth_and_unknown_paths(tmp_path):
         import aiohttp
         up = Upstream()
         url = await up.start()
-        proxy = R.Proxy(SV.Client(url), adapter=lambda: ("m", 0))
+        proxy = rollout.Proxy(servers.Client(url), adapter=lambda: ("m", 0))
         await proxy.start()
-        r = R.Rollout(make_task(tmp_path / "t"), "mini")
+        r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
         proxy.register(r)
         body = {"messages": [{"role": "user", "content": "hi"}]}
         out = {}
@@ -283,11 +283,11 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
     async def go():
         up = Upstream()
         url = await up.start()
-        client = SV.Client(url)
-        proxy = R.Proxy(client, adapter=lambda: ("m", 0))
+        client = servers.Client(url)
+        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         it = iter(task_list)
-        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
+        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
                              max_sessions=48, group_size=8, rollouts_dir=tmp_path / "rollouts", **NUMBERS)
         pool.start()
         groups = [await asyncio.wait_for(pool.groups.get(), 120) for _ in range(6)]
@@ -383,7 +383,7 @@ async def _probe_run(tmp, sandbox, systmp):
     """Two victims (they do nothing: score 0) and a probe (guard off), concurrently, through real proxies,
     mini harness processes and verifiers, next to a real embedded server with its key."""
     ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2")
-    server = S.start_local(ckpt, port=0, name="policy", max_model_len=512)
+    server = inference.start_local(ckpt, port=0, name="policy", max_model_len=512)
     task = make_task(tmp / "tasks")
     for f in ("solution/solve.sh", "tests/test.sh"):
         with open(task.path / f, "a") as fh:
@@ -396,14 +396,14 @@ async def _probe_run(tmp, sandbox, systmp):
     try:
         for up, guard in ((vup, True), (pup, False)):
             url = await up.start()
-            proxies.append(R.Proxy(SV.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
+            proxies.append(rollout.Proxy(servers.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
             await proxies[-1].start()
-        harness = H.get_harness("mini")
-        victims = [R.Rollout(task, "mini", index=i) for i in range(2)]
-        probe = R.Rollout(probe_task, "mini", index=2)
-        await asyncio.gather(*(R.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True, **NUMBERS)
+        harness = harnesses.get_harness("mini")
+        victims = [rollout.Rollout(task, "mini", index=i) for i in range(2)]
+        probe = rollout.Rollout(probe_task, "mini", index=2)
+        await asyncio.gather(*(rollout.run_rollout(v, harness, proxies[0], root, timeout=60, sandbox=sandbox, keep=True, **NUMBERS)
                                for v in victims),
-                             R.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True,
+                             rollout.run_rollout(probe, harness, proxies[1], root, timeout=60, sandbox=sandbox, keep=True,
                                            **NUMBERS))
         await asyncio.sleep(1.0)
         alive = _alive(marker) or _alive(f"{marker}-verifier")
@@ -511,13 +511,13 @@ def test_an_agent_holding_connections_exhausts_only_its_own_share(tmp_path):
     async def go():
         import aiohttp
         up = Upstream()
-        proxy = R.Proxy(SV.Client(await up.start()), adapter=lambda: ("m", 0))
+        proxy = rollout.Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
         await proxy.start()
-        greedy, other = R.Rollout(make_task(tmp_path / "t"), "mini"), R.Rollout(make_task(tmp_path / "u", "u"), "mini")
+        greedy, other = rollout.Rollout(make_task(tmp_path / "t"), "mini"), rollout.Rollout(make_task(tmp_path / "u", "u"), "mini")
         for r in (greedy, other):
             proxy.register(r)
         (s1, p1), (s2, p2) = await proxy.open_socket(greedy), await proxy.open_socket(other)
-        conns = [await asyncio.open_unix_connection(p1) for _ in range(3 * R.MAX_CONNECTIONS)]
+        conns = [await asyncio.open_unix_connection(p1) for _ in range(3 * rollout.MAX_CONNECTIONS)]
         await asyncio.sleep(0.5)
         alive = 0
         for r, _ in conns:
@@ -534,7 +534,7 @@ def test_an_agent_holding_connections_exhausts_only_its_own_share(tmp_path):
         await up.runner.cleanup()
         return alive, status
     alive, status = asyncio.run(go())
-    assert alive == R.MAX_CONNECTIONS and status == 200
+    assert alive == rollout.MAX_CONNECTIONS and status == 200
 
 
 async def _eof_soon(reader):
@@ -551,7 +551,7 @@ def test_the_relay_passes_the_exit_code_on_and_ignores_a_tasks_python_variables(
     (tmp_path / "selectors.py").write_text("raise SystemExit(99)\n")        # a planted module the relay would import
     env = dict(os.environ, PYTHONHOME="/nonexistent", PYTHONPATH=str(tmp_path))
     for cmd, want in (("exit 3", 3), ("kill -9 $$", 137)):
-        p = subprocess.run([sys.executable, "-I", str(R.RELAY), str(tmp_path / "x.sock"), "0", "--", "sh", "-c", cmd],
+        p = subprocess.run([sys.executable, "-I", str(rollout.RELAY), str(tmp_path / "x.sock"), "0", "--", "sh", "-c", cmd],
                            cwd=tmp_path, env=env, capture_output=True, timeout=30)
         assert p.returncode == want, (cmd, p.returncode, p.stderr[-500:])
 
@@ -610,13 +610,13 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     async def go():
         up = Upstream()
         url = await up.start()
-        proxy = R.Proxy(SV.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
+        proxy = rollout.Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
         await proxy.start()
-        r = R.Rollout(task, name)
-        seen = E.workdir(task, box / r.id / "work", SB.resolve_sandbox(sandbox)[0] == "bwrap")   # as the agent sees it
+        r = rollout.Rollout(task, name)
+        seen = taskenv.workdir(task, box / r.id / "work", SB.resolve_sandbox(sandbox)[0] == "bwrap")   # as the agent sees it
         up.calls = cheat_calls(task.path, seen)
         try:
-            await R.run_rollout(r, H.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True, **NUMBERS)
+            await rollout.run_rollout(r, harnesses.get_harness(name), proxy, box, timeout=180, sandbox=sandbox, keep=True, **NUMBERS)
         finally:
             await proxy.stop()
             await proxy.client.close()
@@ -628,10 +628,10 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     assert rules == ["answer-lookup"] * 3 + ["test-editing"], r.verdicts
     assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
     assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
-    assert G.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
     saved = tmp_path / "rollouts" / name / "0" / f"{r.id}.json"          # the post-hoc scan, from the ATIF alone
     saved.parent.mkdir(parents=True)
-    saved.write_text(json.dumps(R.to_atif(r)))
+    saved.write_text(json.dumps(rollout.to_atif(r)))
     [found] = guard.scan([saved])
     assert sorted(rule for *_, rule, _ in found["fired"]) == rules and found["calls"] == 4, found
 
@@ -690,11 +690,11 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
     async def go():
         up = Upstream(command=writer)
         url = await up.start()
-        proxy = R.Proxy(SV.Client(url, timeout=30), adapter=lambda: ("m", 0))
+        proxy = rollout.Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0))
         await proxy.start()
-        r = R.Rollout(make_task(tmp_path / "tasks"), "mini")
+        r = rollout.Rollout(make_task(tmp_path / "tasks"), "mini")
         try:
-            await R.run_rollout(r, H.get_harness("mini"), proxy, tmp_path / "sb", timeout=4, sandbox="bwrap", keep=True,
+            await rollout.run_rollout(r, harnesses.get_harness("mini"), proxy, tmp_path / "sb", timeout=4, sandbox="bwrap", keep=True,
                                 **NUMBERS)
         finally:
             await proxy.stop()
@@ -735,9 +735,9 @@ async def one_chat(tmp_path, mutate, stream, **extra):
     import aiohttp
     up = Upstream(mutate=mutate)
     url = await up.start()
-    proxy = R.Proxy(SV.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
+    proxy = rollout.Proxy(servers.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
     await proxy.start()
-    r = R.Rollout(make_task(tmp_path / "t"), "mini")
+    r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
     proxy.register(r)
     body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra,
             "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
@@ -804,9 +804,9 @@ def test_a_streaming_harness_gone_before_its_answer_is_no_server_error(tmp_path,
     ClientConnectionResetError traceback, printed after the run's summary - and the turn is still recorded."""
     async def go():
         up = SlowUpstream(0.5)
-        proxy = R.Proxy(SV.Client(await up.start()), adapter=lambda: ("m", 0))
+        proxy = rollout.Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
         await proxy.start()
-        r = R.Rollout(make_task(tmp_path / "t"), "mini")
+        r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
         proxy.register(r)
         body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True, "tools": [
             {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}).encode()
@@ -869,10 +869,10 @@ def test_a_pool_whose_groups_are_not_taken_stops_starting_new_ones(tmp_path):
     async def go():
         up = Upstream()
         url = await up.start()
-        client = SV.Client(url)
-        proxy = R.Proxy(client, adapter=lambda: ("m", 0))
+        client = servers.Client(url)
+        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
-        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
+        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
                              tmp_path / "sb", max_sessions=8, group_size=4, **NUMBERS)
         pool.start()
         for _ in range(300):                        # until two groups wait and nothing else finishes
@@ -902,11 +902,11 @@ def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_p
     async def go(cpu):
         up = Upstream()
         url = await up.start()
-        client = SV.Client(url)
-        proxy = R.Proxy(client, adapter=lambda: ("m", 0))
+        client = servers.Client(url)
+        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         n = iter(range(10 ** 6))
-        pool = PL.RolloutPool(H.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
+        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
                              tmp_path / f"sb{cpu}", max_sessions=16, group_size=4, fit=PL.Fit(cpu, 1 << 40), **NUMBERS)
         pool.start()
         peak, groups = 0, []
@@ -970,11 +970,11 @@ async def at_once(tasks, boxes, sandbox="auto"):
     proxies, rs = {}, {}
     try:
         for k, up in ups.items():
-            proxies[k] = R.Proxy(SV.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
+            proxies[k] = rollout.Proxy(servers.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
                                  sampling={"max_tokens": 256})
             await proxies[k].start()
-        rs = {k: R.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
-        await asyncio.gather(*(R.run_rollout(rs[k], H.get_harness("mini"), proxies[k], boxes, timeout=60, keep=True,
+        rs = {k: rollout.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
+        await asyncio.gather(*(rollout.run_rollout(rs[k], harnesses.get_harness("mini"), proxies[k], boxes, timeout=60, keep=True,
                                              sandbox=sandbox, **NUMBERS) for k in rs))
     finally:
         for k in proxies:

@@ -17,12 +17,12 @@ import aiohttp
 import pytest
 import torch
 
-import checkpoint as C
+import checkpoint
 import engine as E
-import grpo as G
-import lora as L
-import inference as S
-import servers as SV
+import grpo
+import lora
+import inference
+import servers
 import tiny
 from chat import ChatFormat
 from conftest import free_port, generate, train_scripted_adapter
@@ -42,14 +42,14 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     ckpt = tiny.write_tiny_checkpoint(tmp / "ckpt", "lfm2", seed=0)
     scripted = train_scripted_adapter(ckpt, ASK, CALL, tmp / "scripted", tools=TOOLS)
-    ref = C.load_model(ckpt, dtype=torch.float32, device="cpu")
-    L.add_lora(ref, rank=4, alpha=32, adapters=("rand",), seed=1)
+    ref = checkpoint.load_model(ckpt, dtype=torch.float32, device="cpu")
+    lora.add_lora(ref, rank=4, alpha=32, adapters=("rand",), seed=1)
     with torch.no_grad():
         g = torch.Generator().manual_seed(1)      # the same "random" adapter every run
-        for p in L.lora_parameters(ref, "rand"):
+        for p in lora.lora_parameters(ref, "rand"):
             p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    rand = L.save_adapter(ref, tmp / "rand", adapter="rand")
-    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
+    rand = lora.save_adapter(ref, tmp / "rand", adapter="rand")
+    h = inference.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     yield {"url": h.url, "ckpt": ckpt, "scripted": scripted, "rand": rand, "ref": ref, "tmp": tmp,
            "fmt": ChatFormat.from_checkpoint(ckpt), "engine": h.server.engine}
     h.stop()
@@ -109,7 +109,7 @@ def test_logprobs_equal_a_fresh_forward(env, temperature):
         "messages": ASK, "max_tokens": 12, "temperature": temperature, "logprobs": True,
         "return_token_ids": True, "seed": 7}))
     prompt, out = r["prompt_token_ids"], r["choices"][0]["token_ids"]
-    L.set_adapter(env["ref"], None)
+    lora.set_adapter(env["ref"], None)
     with torch.no_grad():
         logits = env["ref"](torch.tensor([prompt + out]))[0, len(prompt) - 1:-1] / temperature
     want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
@@ -158,7 +158,7 @@ def test_completions_take_token_ids(env):
                                                          "return_token_ids": True, "logprobs": True}))
     c = r["choices"][0]
     assert status == 200 and c["prompt_token_ids"] == prompt and len(c["token_ids"]) == 5
-    L.set_adapter(env["ref"], None)
+    lora.set_adapter(env["ref"], None)
     greedy, _ = generate(env["ref"], prompt, max_new_tokens=5, temperature=0)
     assert c["token_ids"] == greedy
 
@@ -230,7 +230,7 @@ def test_a_repeated_prompt_is_prefilled_once_and_sampled_per_request(env):
 
     outs = [r["choices"][0]["token_ids"] for r in rs]
     assert len({tuple(o) for o in outs}) > 1                          # each request samples on its own
-    L.set_adapter(env["ref"], None)
+    lora.set_adapter(env["ref"], None)
     for r, out in zip(rs, outs):
         prompt = r["prompt_token_ids"]
         with torch.no_grad():
@@ -294,7 +294,7 @@ def test_batched_sampler_rows_are_their_own():
 
 
 def test_stored_prompts_stay_under_their_token_bound():
-    e = S.Engine.__new__(S.Engine)          # only the bookkeeping: no model, no thread
+    e = inference.Engine.__new__(inference.Engine)          # only the bookkeeping: no model, no thread
     e.prompts, e.prompt_cache_tokens, e.prompt_tokens, e.ring_positions = collections.OrderedDict(), 10, 0, 0
     for i in range(50):
         e._remember(("a", tuple(range(i, i + 3))), None, None)
@@ -376,7 +376,7 @@ def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(env, body, 
 
 
 def test_oversize_body_is_a_400(env):
-    got, err = run(post(env["url"], "/v1/chat/completions", "x" * (S.MAX_BODY + 10), raw=True))
+    got, err = run(post(env["url"], "/v1/chat/completions", "x" * (inference.MAX_BODY + 10), raw=True))
     assert got == 400 and "exceeds" in err["message"]
 
 
@@ -420,32 +420,32 @@ def fake_vllm(tmp_path, monkeypatch):
 
 def test_vllm_command_has_the_documented_flags(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    cmd, env = SV.vllm_command(ckpt, 8123, rank=32, max_loras=3 * G.live_versions(4))   # 3 trainers
+    cmd, env = servers.vllm_command(ckpt, 8123, rank=32, max_loras=3 * grpo.live_versions(4))   # 3 trainers
     assert cmd[:3] == ["vllm", "serve", str(ckpt)] and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
-    assert float(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 3 * SV.KEEP_ALIVE     # it never closes a connection we reuse
+    assert float(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 3 * servers.KEEP_ALIVE     # it never closes a connection we reuse
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
     assert "--enable-lora" in cmd and "--enable-auto-tool-choice" in cmd
     assert flags["--max-lora-rank"] == "32" and flags["--max-loras"] == str(3 * (4 + 2))
     assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--generation-config"] == "vllm"
     assert flags["--tool-call-parser"] == "lfm2" and flags["--port"] == "8123"
-    assert SV.vllm_command(ckpt, 1, rank=20)[0][SV.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
+    assert servers.vllm_command(ckpt, 1, rank=20)[0][servers.vllm_command(ckpt, 1, rank=20)[0].index("--max-lora-rank") + 1] == "32"
     lfm3 = tiny.write_tiny_checkpoint(tmp_path / "lfm3", "lfm3")
     with pytest.raises(ValueError, match="no LFM3"):
-        SV.vllm_command(lfm3, 1)
+        servers.vllm_command(lfm3, 1)
 
 
 def test_vllm_launcher_starts_waits_for_health_and_stops(fake_vllm):
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     port = free_port()
-    h = S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
+    h = inference.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=port, health_timeout=30)
     try:
         seen = json.loads((fake_vllm / "argv.json").read_text())
         assert seen["lora_updating"] == "1" and "--enable-lora" in seen["argv"]
-        assert SV.healthy(h.url) and h.api_key      # a key for every launched server
-        assert S.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
+        assert servers.healthy(h.url) and h.api_key      # a key for every launched server
+        assert inference.start_server(h.url + "/v1", ckpt).url == h.url      # connecting to a running server
     finally:
         h.stop()
-    assert h.process.poll() is not None and not SV.healthy(h.url)
+    assert h.process.poll() is not None and not servers.healthy(h.url)
     assert "fake vllm starting" in (fake_vllm / "run" / "vllm.log").read_text()
 
 
@@ -453,19 +453,19 @@ def test_vllm_crash_reports_the_log_tail(fake_vllm, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
     ckpt = tiny.write_tiny_checkpoint(fake_vllm / "ckpt", "lfm2")
     with pytest.raises(RuntimeError, match=r"exited with code 3(.|\n)*CUDA out of memory"):
-        S.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
+        inference.start_server("vllm", ckpt, run_dir=fake_vllm / "run", port=free_port(), health_timeout=30)
 
 
 def test_no_server_at_url_is_a_clear_error():
     with pytest.raises(RuntimeError, match="no healthy server"):
-        S.start_server(f"http://127.0.0.1:{free_port()}", "unused")
+        inference.start_server(f"http://127.0.0.1:{free_port()}", "unused")
 
 
 def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     """A sandboxed agent shares the trainer's loopback: without the key it must not sample, list or (un)load."""
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")   # default: a new key
-    assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != SV.new_key()
+    h = inference.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu")   # default: a new key
+    assert h.api_key and h.api_key.startswith("hrl-") and h.api_key != servers.new_key()
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
     async def go():
@@ -480,7 +480,7 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
                     req = s.post(h.url + path, json=body, headers=hdr) if body else s.get(h.url + path, headers=hdr)
                     async with req as r:
                         out[label, path] = r.status
-        client = SV.Client(h.url, h.api_key)
+        client = servers.Client(h.url, h.api_key)
         try:
             answer = await client.chat(chat)
         finally:
@@ -497,7 +497,7 @@ def test_the_server_needs_its_key_on_every_route_however_spelled(tmp_path):
     assert out["right", "/v1/chat/completions"] == 200 and out["right", "/v1/chat/%63ompletions"] == 200
     assert out["right", "/v1/%6coad_lora_adapter"] == 400 and out["right", "/v1/models"] == 200
     assert answer["choices"][0]["message"]["role"] == "assistant"
-    cmd, env = SV.vllm_command(ckpt, 1, api_key="hrl-secret")
+    cmd, env = servers.vllm_command(ckpt, 1, api_key="hrl-secret")
     assert env["VLLM_API_KEY"] == "hrl-secret" and "hrl-secret" not in " ".join(cmd)   # not on the command line
 
 
@@ -514,12 +514,12 @@ def test_a_tiny_temperature_is_greedy_not_a_dead_engine(env):
 def test_a_diverged_adapter_fails_its_requests_not_the_server(env, tmp_path):
     """NaN weights (a diverged adapter in training) at temperature > 0: that request gets a clear error, and
     the base and other adapters keep answering."""
-    m = C.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
-    L.add_lora(m, rank=4, alpha=32, adapters=("nan",), seed=0)
+    m = checkpoint.load_model(env["ckpt"], dtype=torch.float32, device="cpu")
+    lora.add_lora(m, rank=4, alpha=32, adapters=("nan",), seed=0)
     with torch.no_grad():
-        for p in L.lora_parameters(m, "nan"):
+        for p in lora.lora_parameters(m, "nan"):
             p.fill_(float("nan"))
-    assert load(env, "diverged", L.save_adapter(m, tmp_path / "nan", adapter="nan"))[0] == 200
+    assert load(env, "diverged", lora.save_adapter(m, tmp_path / "nan", adapter="nan"))[0] == 200
     got, err = run(post(env["url"], "/v1/chat/completions", {"model": "diverged", "messages": ASK, "max_tokens": 4,
                                                              "temperature": 1.0}))
     assert got == 500 and "non-finite logits" in err["message"] and "diverged" in err["message"]
@@ -609,11 +609,11 @@ def test_a_streaming_client_that_leaves_stops_its_decoding_quietly(env, caplog):
 
 def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    h = S.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
+    h = inference.start_local(ckpt, port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None)
     try:
-        assert SV.healthy(h.url)
+        assert servers.healthy(h.url)
         h.server.engine.stop()
-        assert not SV.healthy(h.url)
+        assert not servers.healthy(h.url)
         got, err = run(post(h.url, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2}))
         assert got == 503 and "engine" in err["message"]           # an answer, not a hang
     finally:
@@ -626,56 +626,56 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
 def test_gpu_plan_from_the_recipes_gpu_count(recipe, visible, serve, train):
     """A simulated machine with `visible` GPUs: the recipe's count splits into serving and training GPUs."""
     cfg = RC.recipe_config(recipe)
-    got = SV.gpu_plan(cfg["gpus"], visible, memory=cfg["gpu_memory"])
+    got = servers.gpu_plan(cfg["gpus"], visible, memory=cfg["gpu_memory"])
     assert got[:2] == (serve, train)
     assert got[2] == (0.5 if set(serve) & set(train) else cfg["gpu_memory"])     # a shared GPU: vLLM takes half
 
 
 def test_gpu_plan_overrides_and_bad_indices():
-    assert SV.gpu_plan(4, 8, "0,1,2,3", "4")[:2] == ([0, 1, 2, 3], [4])
-    assert SV.gpu_plan(2, 4, "3")[:2] == ([3], [0])                       # training: the first GPU vLLM leaves
+    assert servers.gpu_plan(4, 8, "0,1,2,3", "4")[:2] == ([0, 1, 2, 3], [4])
+    assert servers.gpu_plan(2, 4, "3")[:2] == ([3], [0])                       # training: the first GPU vLLM leaves
     with pytest.raises(ValueError, match=r"GPUs \[5\]: this machine has 2 GPU"):
-        SV.gpu_plan(2, 2, "5")
-    assert SV.gpu_plan(1, 1, "0") == ([0], [0], 0.5)                    # one GPU named: shared, vLLM at most half
-    assert SV.gpu_plan(2, 2, "0,0")[:2] == ([0], [1])                    # a GPU named twice is one GPU
+        servers.gpu_plan(2, 2, "5")
+    assert servers.gpu_plan(1, 1, "0") == ([0], [0], 0.5)                    # one GPU named: shared, vLLM at most half
+    assert servers.gpu_plan(2, 2, "0,0")[:2] == ([0], [1])                    # a GPU named twice is one GPU
 
 
 def test_vllm_command_places_vllm_on_its_gpus(tmp_path, monkeypatch):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")
-    cmd, env = SV.vllm_command(ckpt, 1, gpus=[0, 1], memory=0.9, served_name="LFM2-1.2B", max_model_len=4096)
+    cmd, env = servers.vllm_command(ckpt, 1, gpus=[0, 1], memory=0.9, served_name="LFM2-1.2B", max_model_len=4096)
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1)}
     assert flags["--tensor-parallel-size"] == "2" and flags["--gpu-memory-utilization"] == "0.9"
     assert flags["--served-model-name"] == "LFM2-1.2B" and flags["--max-model-len"] == "4096"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")             # indices count among the GPUs we see
-    assert SV.vllm_command(ckpt, 1, gpus=[2, 3])[1]["CUDA_VISIBLE_DEVICES"] == "6,7"
-    assert "--tensor-parallel-size" not in SV.vllm_command(ckpt, 1)[0]     # no GPUs named: vLLM's defaults
+    assert servers.vllm_command(ckpt, 1, gpus=[2, 3])[1]["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert "--tensor-parallel-size" not in servers.vllm_command(ckpt, 1)[0]     # no GPUs named: vLLM's defaults
 
 
 def test_vllm_context_is_clamped_to_the_checkpoints(tmp_path, capsys):
     ckpt = tiny.write_tiny_checkpoint(tmp_path / "ckpt", "lfm2")          # max_position_embeddings 4096
-    cmd = SV.vllm_command(ckpt, 1, max_model_len=131072)[0]
+    cmd = servers.vllm_command(ckpt, 1, max_model_len=131072)[0]
     assert cmd[cmd.index("--max-model-len") + 1] == "4096"
     assert "context 131072 is above" in capsys.readouterr().err
-    cmd = SV.vllm_command(ckpt, 1, max_model_len=2048)[0]
+    cmd = servers.vllm_command(ckpt, 1, max_model_len=2048)[0]
     assert cmd[cmd.index("--max-model-len") + 1] == "2048"
 
 
 def test_vllm_with_no_gpu_count_on_a_gpu_machine_shares_one_gpu_capped():
     """--server vllm on a model with no recipe row (--gpus 0): GPU 0 for both, vLLM at most half of it (it had no
     --gpu-memory-utilization and no CUDA_VISIBLE_DEVICES, on the GPU training used)."""
-    import plan as PLAN
+    import plan
     cfg = dict(RC.recipe_config("/some/checkpoint"), server="vllm", gpus=0)
-    assert PLAN.place(cfg, 1) == ([0], [0], 0.5) and PLAN.place(cfg, 0) == ([], [], cfg["gpu_memory"])
+    assert plan.place(cfg, 1) == ([0], [0], 0.5) and plan.place(cfg, 0) == ([], [], cfg["gpu_memory"])
 
 
 def test_train_flags_place_the_gpus():
-    import train as TR
-    cfg = RC.effective_config(TR.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
+    import train
+    cfg = RC.effective_config(train.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
                                              "0,1,2", "--train-gpus", "3", "--gpu-memory", "0.8"]))
-    assert SV.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
+    assert servers.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
     with pytest.raises(SystemExit, match="--gpu-memory must be"):
-        RC.effective_config(TR.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
+        RC.effective_config(train.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
 
 
 # ----------------------------------------------------------------------------- python serve.py
@@ -769,7 +769,7 @@ def test_sessions_sharing_a_long_prefix_prefill_it_once_and_keep_a_fresh_forward
             "model": adapter, "messages": [system, {"role": "user", "content": f"task {i}: go"}], "max_tokens": 10,
             "temperature": 1.0, "logprobs": True, "return_token_ids": True, "seed": i}))[1] for i in range(4)]
         assert e.prefix_hits - hits == 3          # the 2nd stores the shared part, the 3rd and 4th start from it
-        L.set_adapter(env["ref"], ref_adapter)
+        lora.set_adapter(env["ref"], ref_adapter)
         for r in rs:
             prompt, out = r["prompt_token_ids"], r["choices"][0]["token_ids"]
             with torch.no_grad():
@@ -777,7 +777,7 @@ def test_sessions_sharing_a_long_prefix_prefill_it_once_and_keep_a_fresh_forward
             want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out)[:, None])[:, 0]
             got = torch.tensor([x["logprob"] for x in r["choices"][0]["logprobs"]["content"]])
             assert (got - want).abs().max() <= 1e-4
-    L.set_adapter(env["ref"], None)
+    lora.set_adapter(env["ref"], None)
     assert e.prefix_hits - before == 6 and e.prompt_tokens <= e.prompt_cache_tokens
 
 
@@ -804,7 +804,7 @@ def test_client_sends_again_when_the_server_drops_the_connection_before_replying
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        client = SV.Client(url)
+        client = servers.Client(url)
         try:
             assert await client.chat({"messages": []}) == {"ok": 2}
             with pytest.raises(RuntimeError, match="POST /v1/load_lora_adapter failed: ServerDisconnected"):
@@ -855,7 +855,7 @@ def test_sliding_layers_rings_count_per_row_in_a_small_kv_budget(tmp_path):
     buffers never pass the budget, and the logprobs are a fresh forward's."""
     ckpt = tiny.write_tiny_checkpoint(tmp_path, "lfm3")
     fmt = ChatFormat.from_checkpoint(ckpt)
-    probe = C.load_model(ckpt, dtype=torch.float32, device="cpu")
+    probe = checkpoint.load_model(ckpt, dtype=torch.float32, device="cpu")
     model, e = _bare_engine(ckpt, fmt, kv_bytes=160 * E.kvcache.costs(probe.config, 4)[0])
     assert (e.kv_positions, e.ring_positions) == (160, 8)
     loop, g = asyncio.new_event_loop(), torch.Generator().manual_seed(1)
@@ -878,8 +878,8 @@ def test_sliding_layers_rings_count_per_row_in_a_small_kv_budget(tmp_path):
 
 def _bare_engine(ckpt, fmt, **kw):
     """(model, an Engine on it) whose thread has ended: the test drives _fill and _step itself."""
-    model = C.load_model(ckpt, dtype=torch.float32, device="cpu")
-    L.add_lora(model, adapters=())
+    model = checkpoint.load_model(ckpt, dtype=torch.float32, device="cpu")
+    lora.add_lora(model, adapters=())
     e = E.Engine(model, fmt, **kw)
     e.running = False
     e.wake.set()
@@ -909,8 +909,8 @@ def test_a_kv_budget_queues_and_preempts_rows_and_every_reply_keeps_a_fresh_forw
     rows preempt the newest (its K/V freed, later prefilled again over prompt + tokens so far), the buffers never
     pass the budget, and every reply's logprobs are a fresh forward's over its whole sequence."""
     per_token = env["engine"].kv_per_token
-    L.set_adapter(env["ref"], None)
-    h = S.start_local(env["ckpt"], port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None,
+    lora.set_adapter(env["ref"], None)
+    h = inference.start_local(env["ckpt"], port=free_port(), name="tiny", dtype=torch.float32, device="cpu", api_key=None,
                       kv_cache=160 * per_token / 2**30)
     e = h.server.engine
     assert e.kv_positions == 160

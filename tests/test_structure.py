@@ -7,7 +7,7 @@ import inspect
 from pathlib import Path
 
 import pytest
-import recipe as RC  # noqa: E402
+import recipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(ROOT.glob("*.py"))
@@ -109,14 +109,14 @@ def _parser(main, argv):
 
 @pytest.mark.parametrize("cli", ["train", "eval"])
 def test_every_flag_has_help_and_says_its_default(cli):
-    import eval as E
-    import train as TR
-    ap = _parser(TR.parse_args if cli == "train" else E.main, [])
+    import eval
+    import train
+    ap = _parser(train.parse_args if cli == "train" else eval.main, [])
     for a in ap._actions:
         if a.option_strings and a.dest != "help":
             assert a.help, f"{cli}.py {a.option_strings[0]}: no help text"
-            if a.default not in (None, False) or a.dest in {**RC.SHARED, **RC.RECIPES["tiny"]}:
+            if a.default not in (None, False) or a.dest in {**recipe.SHARED, **recipe.RECIPES["tiny"]}:
                 assert "default" in a.help, f"{cli}.py {a.option_strings[0]}: help does not say its default"
     if cli == "train":      # every number of the table has a flag
         flags = {a.dest for a in ap._actions}
-        assert set(RC.SHARED) | set(RC.RECIPES["LFM3-1.7B"]) <= flags
+        assert set(recipe.SHARED) | set(recipe.RECIPES["LFM3-1.7B"]) <= flags

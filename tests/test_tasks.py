@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import harnesses as H
+import harnesses
 import sandbox as SB
-import suites as S
+import suites
 import tasks as T
-import taskenv as E
+import taskenv
 from conftest import harbor_template_task
 from recipe import HOLDOUT, RECIPES, recipe_config
 
@@ -67,7 +67,7 @@ def failed_checks(task_dir):
 @pytest.fixture(scope="module")
 def shipped_report():
     t0 = time.time()       # oracles and verifiers in the default sandbox, as a run grades
-    dirs = [d for d in S.task_dirs(DATA) if d.parent.name != "docker"]     # docker's: tests/test_containers.py
+    dirs = [d for d in suites.task_dirs(DATA) if d.parent.name != "docker"]     # docker's: tests/test_containers.py
     report = T.check_tasks(dirs, sandbox=SB.resolve_sandbox("auto")[0])
     return report, time.time() - t0
 
@@ -304,7 +304,7 @@ print(json.dumps(out))
 def test_every_shipped_task_loads_in_harbors_own_task_model(tmp_path):
     """Harbor's own `Task` (the harbor 0.25.0 wheel from PyPI, unpacked: harnesses.py install harbor) loads every
     shipped task with no error and no deprecation warning, as org/name; an older-style task fails it."""
-    lib = H.INSTALLS["harbor"].install(quiet=True) / "lib"
+    lib = harnesses.INSTALLS["harbor"].install(quiet=True) / "lib"
     old = make_task(tmp_path, "old-style", toml='[task]\nname = "old-style"\n')      # not org/name
     old2 = make_task(tmp_path, "old-net", toml='[task]\nname = "a/old-net"\n[environment]\nallow_internet = false\n')
     tasks = T.load_tasks("all")
@@ -323,24 +323,24 @@ def test_harbors_own_template_task_runs_unchanged_under_bubblewrap(tmp_path):
     bubblewrap its /app, /tests, /logs/verifier and /solution are where its scripts expect them, so it passes the
     six checks unchanged; its reward.json is read as Harbor reads it; --sandbox dir refuses it in one line."""
     d = harbor_template_task(tmp_path)
-    lib = H.INSTALLS["harbor"].install(quiet=True) / "lib"
+    lib = harnesses.INSTALLS["harbor"].install(quiet=True) / "lib"
     p = subprocess.run([sys.executable, "-c", HARBOR_LOAD, str(lib), str(d)], capture_output=True, text=True)
     assert json.loads(p.stdout.splitlines()[-1]) == {str(d): "acme/hello-harbor"}, p.stderr[-2000:]
     task = T.load_task(d)
     assert (task.name, task.container.workdir, task.container.copies) == ("hello-harbor", "/app", [])
     assert [f.check for f in T.check_task(d, sandbox="dir")] == [1]
     with pytest.raises(T.TaskError, match="--sandbox bwrap"):
-        E.resolve_sandbox("dir", [task])
+        taskenv.resolve_sandbox("dir", [task])
     ok, why = SB.bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
     assert T.check_task(d, sandbox="bwrap") == []
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     (work / "answer.txt").write_text("7006652\n")
     (d / "tests" / "test.sh").write_text(       # Harbor's other reward file: named numbers, JSON wins over txt
         '#!/bin/bash\necho 0 > /logs/verifier/reward.txt\nok=$(grep -c 7006652 /app/answer.txt)\n'
         'echo "{\\"reward\\": $ok, \\"style\\": 0.5}" > /logs/verifier/reward.json\n')
-    r = E.verify(task, work, sandbox="bwrap")
+    r = taskenv.verify(task, work, sandbox="bwrap")
     assert (r.score, r.rewards) == (1.0, {"reward": 1.0, "style": 0.5}), r
 
 
@@ -361,9 +361,9 @@ def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
     (d / "tests" / "test.sh").write_text('#!/bin/bash\necho "$MODE" > /tmp/mode && cp /tmp/mode /app/seen\n'
                                          'echo 1 > /logs/verifier/reward.txt\n')
     task = T.load_task(d)
-    work = E.materialize(task, tmp_path / "w")
-    assert E.run_oracle(task, work, sandbox="bwrap")[0] == 0
-    r = E.verify(task, work, sandbox="bwrap")
+    work = taskenv.materialize(task, tmp_path / "w")
+    assert taskenv.run_oracle(task, work, sandbox="bwrap")[0] == 0
+    r = taskenv.verify(task, work, sandbox="bwrap")
     assert r.score == 1.0 and (work / "seen").read_text() == "graded\n", r       # inside: the task's ENV, /tmp
     assert list(spy.iterdir()) == []                        # outside: bwrap (root) never saw the task's variables
     victim = tmp_path / "victim"
@@ -373,11 +373,11 @@ def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
     (link / "environment" / "d").mkdir()
     os.symlink(victim, link / "environment" / "d" / "x")
     with pytest.raises(T.TaskError, match="through a link out of the work dir"):
-        E.materialize(T.load_task(link), tmp_path / "w2")
+        taskenv.materialize(T.load_task(link), tmp_path / "w2")
     assert list(victim.iterdir()) == []
-    with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(str(S.cache_root()))} lies in|holds"):
-        over = make_task(tmp_path, "over", env={"Dockerfile": f"FROM x\nWORKDIR {S.cache_root()}\n"})
-        E.resolve_sandbox("bwrap", [T.load_task(over)])
+    with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(str(suites.cache_root()))} lies in|holds"):
+        over = make_task(tmp_path, "over", env={"Dockerfile": f"FROM x\nWORKDIR {suites.cache_root()}\n"})
+        taskenv.resolve_sandbox("bwrap", [T.load_task(over)])
     for i, (key, value) in enumerate([("A=1", "x"), ("B", "x\\u0000y"), ("1X", "y")]):       # TOML's escape: a NUL
         bad = make_task(tmp_path, f"env{i}", toml=f'[environment.env]\n"{key}" = "{value}"\n')
         with pytest.raises(T.TaskError, match="not a variable name"):
@@ -389,7 +389,7 @@ def test_reward_files_hold_finite_numbers_or_the_rollout_is_ungraded(tmp_path):
     logs.mkdir()
     for text in ('{"reward": 1' + "0" * 400 + "}", '{"reward": 1, "style": NaN}', '{"reward": 1, "x": Infinity}'):
         (logs / "reward.json").write_text(text)
-        score, rewards, reason = E.read_reward(logs)
+        score, rewards, reason = taskenv.read_reward(logs)
         assert score is None and rewards == {} and "\n" not in reason, (text[:30], reason)
 
 
@@ -399,7 +399,7 @@ def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_pat
     0; a sample passes the six checks (the README has all 164)."""
     tasks = T.load_tasks("humaneval")
     assert len(tasks) == 164 and {t.source for t in tasks} == {"humaneval"}
-    built = S.built_suite("humaneval")
+    built = suites.built_suite("humaneval")
     gen = subprocess.run([sys.executable, str(DATA / "make_humaneval.py"), str(tmp_path / "again")], cwd=DATA,
                          capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr
@@ -409,12 +409,12 @@ def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_pat
     prompt = (t.path / "environment" / "solution.py").read_text()
     cases = [(None, 1.0), ("", 0.0), ("    return False\n", 0.0), ("    return 1 / 0\n", 0.0)]
     for i, (body, want) in enumerate(cases):
-        work = E.materialize(t, tmp_path / f"w{i}")
+        work = taskenv.materialize(t, tmp_path / f"w{i}")
         if body is None:
-            assert E.run_oracle(t, work)[0] == 0
+            assert taskenv.run_oracle(t, work)[0] == 0
         else:
             (work / "solution.py").write_text(prompt + body)
-        assert E.verify(t, work).score == want, body
+        assert taskenv.verify(t, work).score == want, body
     sample = [t.path for t in tasks[::41]]
     assert all(T.check_task(d) == [] for d in sample), [T.check_task(d) for d in sample]
 
@@ -441,10 +441,10 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
         'EOF\n'
         'echo 0.25 > "$LOGS_DIR/reward.txt"\n'), "helper.txt": "hidden\n"})
     task = T.load_task(d)
-    work = E.materialize(task, tmp_path / "work")
+    work = taskenv.materialize(task, tmp_path / "work")
     assert sorted(os.listdir(work)) == ["notes.txt"]
     logs = tmp_path / "logs"
-    r = E.verify(task, work, logs_dir=logs)
+    r = taskenv.verify(task, work, logs_dir=logs)
     seen = json.loads((logs / "seen.json").read_text())
     assert r.score == 0.25 and r.reason.startswith("reward.txt")
     assert seen["cwd"] == seen["WORKDIR"] == str(work.resolve()) and seen["listing"] == ["notes.txt"]
@@ -456,10 +456,10 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
 def test_reward_json_wins_and_named_floats_average(tmp_path):
     both = make_task(tmp_path, "both", tests={"test.sh": (
         'echo 1 > "$LOGS_DIR/reward.txt"; echo \'{"reward": 0.3, "passed": 3}\' > "$LOGS_DIR/reward.json"\n')})
-    r = E.verify(T.load_task(both), E.materialize(T.load_task(both), tmp_path / "w1"))
+    r = taskenv.verify(T.load_task(both), taskenv.materialize(T.load_task(both), tmp_path / "w1"))
     assert r.score == 0.3 and r.rewards == {"reward": 0.3, "passed": 3.0}
     named = make_task(tmp_path, "named", tests={"test.sh": 'echo \'{"a": 1, "b": 0.5}\' > "$LOGS_DIR/reward.json"\n'})
-    r = E.verify(T.load_task(named), E.materialize(T.load_task(named), tmp_path / "w2"))
+    r = taskenv.verify(T.load_task(named), taskenv.materialize(T.load_task(named), tmp_path / "w2"))
     assert r.score == 0.75 and "mean" in r.reason
 
 
@@ -469,7 +469,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
     logs.mkdir()
     (logs / "reward.txt").write_text("1\n")
     (logs / "reward.json").write_text('{"reward": 1}\n')
-    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
+    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
     assert r.score is None and "no reward file" in r.reason
 
 
@@ -482,7 +482,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
 ])
 def test_a_failed_verifier_is_ungraded_with_the_reason(tmp_path, script, why):
     d = make_task(tmp_path, tests={"test.sh": script})
-    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"))
+    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"))
     assert r.score is None and why in r.reason
 
 
@@ -490,7 +490,7 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     d = make_task(tmp_path, tests={"test.sh": f"sleep 60 & echo $! > {pidfile}\nsleep 60\n"})
     t0 = time.time()
-    r = E.verify(T.load_task(d), E.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
+    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
     assert r.score is None and "timed out after 1s" in r.reason and time.time() - t0 < 10
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     time.sleep(0.2)
@@ -499,21 +499,21 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
 
 def test_agent_output_reaches_reply_graded_tasks(tmp_path):
     task = T.load_task(DATA / "numbers" / "numbers-add-1")          # 18 plus 17: the reply or answer.txt
-    work = E.materialize(task, tmp_path / "w")
-    assert E.verify(task, work, agent_output="35").score == 1.0
+    work = taskenv.materialize(task, tmp_path / "w")
+    assert taskenv.verify(task, work, agent_output="35").score == 1.0
     (work / "answer.txt").write_text("12\n")                       # the file wins over the reply
-    assert E.verify(task, work, agent_output="35").score == 0.0
+    assert taskenv.verify(task, work, agent_output="35").score == 0.0
     toy = T.load_task(DATA / "toy" / "toy-digits")                  # only answer.txt is graded
-    assert E.verify(toy, E.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
+    assert taskenv.verify(toy, taskenv.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
 
 
 def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
     d = make_task(tmp_path, env={".dockerignore": "*.pyc\n", "src/app.py": "print(1)\n"})
     task = T.load_task(d)
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["src", "src/app.py"]
     with pytest.raises(FileExistsError):
-        E.materialize(task, work)
+        taskenv.materialize(task, work)
 
 
 def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
@@ -527,7 +527,7 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
     task = T.load_task(make_task(tmp_path, "c", env=env))
     box = task.container
     assert box.workdir == "/srv/app" and box.env == {"MODE": "fast", "LEVEL": "2 3"}
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == \
         ["b.txt", "docs/a.txt", "docs/b.txt", "renamed.txt", "src/m.py"]
     assert T.load_task(make_task(tmp_path, "d", env={"Dockerfile": "FROM x\n"})).container.workdir == "/app"
@@ -541,18 +541,18 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
         assert why in task.container.engine_only, task.container.engine_only
         for mode in ("bwrap", "dir"):
             with pytest.raises(T.TaskError, match=re.escape(why)) as e:
-                E.resolve_sandbox(mode, [task])
+                taskenv.resolve_sandbox(mode, [task])
             assert "need --sandbox docker" in str(e.value) and "environment/Dockerfile" in str(e.value) and \
                 "\n" not in str(e.value)
         assert T.check_task(task.path, "bwrap")[0].check == 1
     with pytest.raises(T.TaskError, match=r"\[environment\] workdir '/'"):       # docker's own WORKDIR: still sane
         T.load_task(make_task(tmp_path, "badwd", env={"Dockerfile": "FROM x\nRUN true\n"},
                               toml='[environment]\nworkdir = "/"\n'))
-    tool = next((p for p in SB.tool_paths() if E._bad_workdir(p) is None), None)       # this Python, in pyenv
+    tool = next((p for p in SB.tool_paths() if taskenv._bad_workdir(p) is None), None)       # this Python, in pyenv
     if tool and SB.bwrap_works()[0]:        # a WORKDIR over it would hide it: refused before any rollout
         python = T.load_task(make_task(tmp_path, "py", env={"Dockerfile": f"FROM x\nWORKDIR {tool}/x/..\n"}))
         with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(tool)} holds"):
-            E.resolve_sandbox("bwrap", [python])
+            taskenv.resolve_sandbox("bwrap", [python])
     for key, bad in (("memory_mb", "0"), ("memory_mb", "1.5"), ("memory_mb", '"64"'), ("cpus", "0"), ("cpus", "-1"),
                      ("cpus", '"2"'), ("cpus", "1e9"), ("storage_mb", "-5"), ("storage_mb", "nan")):   # refused at load
         with pytest.raises(T.TaskError, match=rf"\[environment\] {key} must be"):
@@ -569,29 +569,29 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
 
 def test_build_reward_is_the_fraction_of_hidden_tests(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "build-run-length")
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     (work / "rle.py").write_text(
         "import itertools\n\n\ndef encode(text):\n"
         "    return ''.join(f'{len(list(g))}{k}' for k, g in itertools.groupby(text))\n\n\n"
         "def decode(code):\n    raise NotImplementedError\n")
-    r = E.verify(task, work)
+    r = taskenv.verify(task, work)
     assert r.score == 0.5 and r.rewards == {"reward": 0.5, "passed": 3.0, "total": 6.0}
 
 
 def test_repair_is_all_or_nothing(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "repair-leap-year")
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     src = (work / "calendar_utils.py").read_text()
     (work / "calendar_utils.py").write_text(src.replace("return year % 4 == 0",
                                                         "return year % 4 == 0 and year != 1900"))
-    assert E.verify(task, work).score == 0.0          # 1900 fixed, 2100 still wrong
+    assert taskenv.verify(task, work).score == 0.0          # 1900 fixed, 2100 still wrong
 
 
 def test_agent_code_that_kills_the_test_process_scores_zero_not_ungraded(tmp_path):
     task = T.load_task(DATA / "repo2rl" / "build-caesar")
-    work = E.materialize(task, tmp_path / "w")
+    work = taskenv.materialize(task, tmp_path / "w")
     (work / "cipher.py").write_text("import os\nos._exit(0)\n")
-    r = E.verify(task, work)
+    r = taskenv.verify(task, work)
     assert r.score == 0.0 and r.rewards["total"] == 5
 
 
@@ -822,9 +822,9 @@ def test_files_a_grader_leaves_are_read_without_links_fifos_or_limits(tmp_path, 
     task = T.load_task(make_task(tmp_path, tests={"test.sh": trick + "\n"},
                                  toml='[task]\nname = "t"\n[verifier]\ntimeout_sec = 10\n'
                                       f'[verifier.env]\nSECRET_FILE = "{secret}"\n'))
-    work = E.materialize(task, tmp_path / "work")
+    work = taskenv.materialize(task, tmp_path / "work")
     t0 = time.time()
-    res = E.verify(task, work)
+    res = taskenv.verify(task, work)
     assert time.time() - t0 < 8                                   # no FIFO hang, no endless read
     assert "SECRET-ORACLE" not in res.reason + res.output and "HARNESS" not in res.reason + res.output
     assert res.score in (None, 0.0)
@@ -853,11 +853,11 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     send = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'LEAK')\" "
             '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n')
     task = T.load_task(make_task(tmp_path, tests={"test.sh": send}))
-    assert E.verify(task, E.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
+    assert taskenv.verify(task, taskenv.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
     time.sleep(0.3)
     assert got == [b"LEAK"]
     threading.Thread(target=listen, daemon=True).start()
-    assert E.verify(task, E.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
+    assert taskenv.verify(task, taskenv.materialize(task, tmp_path / "w2"), sandbox="bwrap").score == 0.0
     time.sleep(0.5)
     assert got == [b"LEAK"]
     srv.close()
@@ -925,10 +925,10 @@ def test_planted_hooks_configs_caches_and_shadow_modules_change_no_test_result(t
     task = T.load_task(d)
     for i, kind in enumerate(["none", "shadow module", "site hook", "path file", "byte code", "runner config"]):
         for solved in (False, True):
-            work = E.materialize(task, tmp_path / f"w{i}{solved}")
+            work = taskenv.materialize(task, tmp_path / f"w{i}{solved}")
             if solved:
                 (work / "stats_tool.py").write_text(RIGHT)
             if kind != "none":
                 _plant(work, kind)
-            r = E.verify(task, work, sandbox=sandbox)
+            r = taskenv.verify(task, work, sandbox=sandbox)
             assert r.score == float(solved), (kind, solved, r.reason, r.output[-300:])

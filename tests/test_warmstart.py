@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import checkpoint as C
-import grpo as G
+import checkpoint
+import grpo
 import guard
-import harnesses as H
+import harnesses
 import mini
-import oracle as O
-import suites as S
+import oracle
+import suites
 import tasks as T
 import tiny
-import warmstart as W
+import warmstart
 from chat import ChatFormat
 from conftest import generate, harbor_template_task
 
@@ -74,7 +74,7 @@ def test_only_the_assistants_tokens_are_trained_token_for_token(which, lfm3, cha
                   ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n", 0),
                   ("It says 42.<|im_end|>", 1)]
     want_ids, want_mask = _expected(fmt, pieces)
-    seqs = G.build_sequences(W.conversation_turns(fmt, CONVERSATION, tools), 1.0)
+    seqs = grpo.build_sequences(warmstart.conversation_turns(fmt, CONVERSATION, tools), 1.0)
     assert len(seqs) == 1                       # the two turns merge: the second prompt extends the first turn
     assert seqs[0].tokens == want_ids and seqs[0].mask == want_mask
     assert fmt.decode([t for t, m in zip(want_ids, want_mask) if m]).count("<|im_end|>") == 2   # each turn's stop
@@ -83,7 +83,7 @@ def test_only_the_assistants_tokens_are_trained_token_for_token(which, lfm3, cha
 def _toy_tasks(tmp_path, names):
     suite = tmp_path / "suite"
     for n in names:
-        shutil.copytree(S.DATA / "toy" / n, suite / n)
+        shutil.copytree(suites.DATA / "toy" / n, suite / n)
     return suite
 
 
@@ -92,15 +92,15 @@ def _toy_tasks(tmp_path, names):
 def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tmp_path, name, lfm3):
     """One task of each suite and Harbor's own template task (and a wasteful oracle), the harness's own tool
     shapes, tokens recorded as the target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
-    harness = H.get_harness(name)
+    harness = harnesses.get_harness(name)
     # HumanEval (built on first use) included; docker's under --sandbox docker: tests/test_containers.py
-    tasks = [T.load_tasks(s)[0] for s in S.SUITES if s != "docker"]
+    tasks = [T.load_tasks(s)[0] for s in suites.SUITES if s != "docker"]
     tasks.append(T.load_task(harbor_template_task(tmp_path)))  # Harbor's own template: /app, /tests, ... unchanged
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
     tasks.append(T.load_task(wrong))
     fmt = ChatFormat.from_checkpoint(lfm3)
-    rs = asyncio.run(O.record(tasks, harness, fmt, tmp_path / "out", samples=1, sessions=3, max_tokens=4096,
+    rs = asyncio.run(oracle.record(tasks, harness, fmt, tmp_path / "out", samples=1, sessions=3, max_tokens=4096,
                               context=131072, waste=3, seed=1))
     by = {r.task.name: r for r in rs}
     for t in tasks[:-1]:
@@ -110,7 +110,7 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     files = list((tmp_path / "out" / "rollouts").rglob("*.json"))
     assert len(files) == len(tasks)
     assert [r["fired"] for r in guard.scan(files) if r["fired"]] == []      # the post-hoc scan: nothing on honest runs
-    demos, skipped = W.read_demonstrations(files, fmt)
+    demos, skipped = warmstart.read_demonstrations(files, fmt)
     assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
 
@@ -121,20 +121,20 @@ def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_pat
     """Each kind of the shortcut suite through the real harness: the oracle's shortcut (recorded with the guard off,
     as a cheating warm start records it) gets full marks from the verifier - a real temptation - and the post-hoc
     scan fires the rule the kind is made for on every one; the honest oracle solves the same tasks with no block."""
-    harness, fmt = H.get_harness(name), ChatFormat.from_checkpoint(lfm3)
+    harness, fmt = harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3)
     tasks = {k: next(t for t in T.load_tasks("shortcuts") if t.type == k) for k in
              ("trusted-reward", "visible-test", "exposed-answer")}
     want = {"trusted-reward": "reward-hacking", "visible-test": "test-editing", "exposed-answer": "answer-lookup"}
     for cheat in (1.0, 0.0):
         out = tmp_path / f"cheat{cheat}"
-        rs = asyncio.run(O.record(list(tasks.values()), harness, fmt, out, samples=1, sessions=3, max_tokens=4096,
+        rs = asyncio.run(oracle.record(list(tasks.values()), harness, fmt, out, samples=1, sessions=3, max_tokens=4096,
                                   context=131072, waste=2, seed=1, cheat=cheat))
         assert all(r.score == 1.0 and not r.blocked for r in rs), [(r.task.name, r.score, r.verdicts) for r in rs]
         scans = {s["task"]: s for s in guard.scan((out / "rollouts").rglob("*.json"))}
         fired = {k: sorted({rule for _, _, rule, _ in scans[t.name]["fired"]}) for k, t in tasks.items()}
         assert fired == ({k: [want[k]] for k in tasks} if cheat else {k: [] for k in tasks}), fired
     honest = T.load_tasks("honest")
-    assert {t.type for t in honest} == set(tasks) and all(O.shortcut(t) is None for t in honest)
+    assert {t.type for t in honest} == set(tasks) and all(oracle.shortcut(t) is None for t in honest)
 
 
 def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path, lfm3):
@@ -149,9 +149,9 @@ def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path,
         for f in (tmp_path / f"suite{k}").rglob("*"):
             os.utime(f, (1e9 + k * 3e7, 1e9 + k * 3e7))
         tasks = T.load_tasks(tmp_path / f"suite{k}")
-        asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / str(k), samples=2, sessions=4,
+        asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / str(k), samples=2, sessions=4,
                              max_tokens=72, context=4096, waste=6, seed=0))
-        demos, skipped = W.read_demonstrations([tmp_path / str(k) / "rollouts"], fmt)
+        demos, skipped = warmstart.read_demonstrations([tmp_path / str(k) / "rollouts"], fmt)
         assert len(demos) == 8 and not skipped
         runs.append([[(t.prompt_ids, t.completion_ids) for t in d.turns] for d in demos])
     assert sum(len(d) for d in runs[0]) > 8 and runs[0] == runs[1]
@@ -161,7 +161,7 @@ def test_the_oracle_answers_every_files_task_in_its_reply_through_mini(tmp_path,
     """The files suite (SmolLM2's): every task solved by reading its file and replying with the value, in a
     tools_as_text format, with redundant calls; no guard block."""
     tasks = T.load_tasks("files")
-    rs = asyncio.run(O.record(tasks, H.get_harness("mini"), ChatFormat.from_checkpoint(chatml), tmp_path / "out",
+    rs = asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), ChatFormat.from_checkpoint(chatml), tmp_path / "out",
                               samples=1, sessions=8, max_tokens=4096, context=131072, waste=2, reply="text", seed=0))
     bad = [(r.task.name, r.score, r.verdicts) for r in rs if r.score != 1.0 or r.blocked or r.tool_calls < 1]
     assert len(rs) == len(tasks) == 65 and not bad, bad
@@ -172,17 +172,17 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     suite = tmp_path / "files"
     for n in ("files-city-02", "files-config-02", "files-top-02"):
-        shutil.copytree(S.DATA / "files" / n, suite / n)
+        shutil.copytree(suites.DATA / "files" / n, suite / n)
     warm = dict(suite=str(suite), samples=1, waste=1, reply="text", sessions=3, steps=2, batch=2, lr=1e-3, rank=4,
                 alpha=8, token_budget=8192, micro_batches=1)
     kw = dict(max_tokens=4096, context=8192, log=lambda s: None)
-    path = W.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw)
+    path = warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw)
     made = json.loads((path / "warm_start.json").read_text())
     assert made["tasks"] == ["files-city-02", "files-config-02"] and made["demonstrations"] == 2
-    assert W.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw) == path      # cached
-    assert W.agentic_base(lfm3, "mini", warm, held_out=["files-city-02"], **kw) != path     # another split
+    assert warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw) == path      # cached
+    assert warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-city-02"], **kw) != path     # another split
     with pytest.raises(ValueError, match="no warm-up task"):
-        W.agentic_base(lfm3, "mini", warm, held_out=["files-city-02", "files-config-02", "files-top-02"], **kw)
+        warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-city-02", "files-config-02", "files-top-02"], **kw)
 
 
 @pytest.mark.integration
@@ -192,27 +192,27 @@ def test_one_agentic_base_for_several_harnesses_learns_from_each(tmp_path, lfm3,
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     suite = tmp_path / "files"
     for n in ("files-city-02", "files-config-02"):
-        shutil.copytree(S.DATA / "files" / n, suite / n)
+        shutil.copytree(suites.DATA / "files" / n, suite / n)
     warm = dict(suite=str(suite), samples=2, waste=1, reply="text", sessions=4, steps=2, batch=2, lr=1e-3, rank=4,
                 alpha=8, token_budget=16384, micro_batches=1)
     kw = dict(max_tokens=4096, context=16384, log=lambda s: None)
-    both = W.agentic_base(lfm3, ["mini", "pi"], warm, **kw)
+    both = warmstart.agentic_base(lfm3, ["mini", "pi"], warm, **kw)
     made = json.loads((both / "warm_start.json").read_text())
     assert "mini+pi" in both.name and made["harness"] == ["mini", "pi"] and made["samples_per_harness"] == 1
-    assert made["demonstrations"] == 4 and both != W.agentic_base(lfm3, "mini", warm, **kw)
+    assert made["demonstrations"] == 4 and both != warmstart.agentic_base(lfm3, "mini", warm, **kw)
 
 
 def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
     fmt = ChatFormat.from_checkpoint(lfm3)
     tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
-    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=4, sessions=8,
+    asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=4, sessions=8,
                          max_tokens=128, context=4096, waste=1))
-    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
     assert len(demos) == 8
-    _, losses = W.train(lfm3, demos, tmp_path / "sft", rank=16, alpha=32, lr=3e-3, steps=60, batch=4,
+    _, losses = warmstart.train(lfm3, demos, tmp_path / "sft", rank=16, alpha=32, lr=3e-3, steps=60, batch=4,
                         token_budget=16384, micro_batches=2, seed=0, merged=tmp_path / "base", log=lambda s: None)
     assert losses[-1] < 0.1 * losses[0], losses[::10]
-    model = C.load_model(tmp_path / "base", dtype=torch.float32, device="cpu")
+    model = checkpoint.load_model(tmp_path / "base", dtype=torch.float32, device="cpu")
     prompt = demos[0].turns[0].prompt_ids            # a demonstration's first prompt, greedy
     out, _ = generate(model, prompt, max_new_tokens=96, temperature=0, eos_ids=fmt.eos_token_ids)
     _, calls = fmt.parse(fmt.decode(out), tools=mini.TOOLS)
@@ -225,13 +225,13 @@ def test_demonstrations_whose_prompt_outgrows_a_row_stop_the_sft_up_front(tmp_pa
     only such demonstrations once ended in a TypeError (hermes' ~28 000-token prompt in 16 384-token rows)."""
     fmt = ChatFormat.from_checkpoint(lfm3)
     tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
-    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=1, sessions=2,
+    asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=1, sessions=2,
                          max_tokens=128, context=4096, waste=0))
-    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
     prompt = min(len(d.turns[0].prompt_ids) for d in demos)
     row = prompt // 2
-    with pytest.raises(W.DemoError, match=f"2 of 2 demonstrations have no trained token in a row of {row} tokens"):
-        W.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=2, batch=2, token_budget=2 * row,
+    with pytest.raises(warmstart.DemoError, match=f"2 of 2 demonstrations have no trained token in a row of {row} tokens"):
+        warmstart.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=2, batch=2, token_budget=2 * row,
                 micro_batches=2, seed=0, log=lambda s: None)
 
 
@@ -240,14 +240,14 @@ def test_sft_steps_take_their_demonstrations_from_one_group_in_turn(tmp_path, lf
     a step computes one prompt, not each harness's."""
     fmt = ChatFormat.from_checkpoint(lfm3)
     tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
-    asyncio.run(O.record(tasks, H.get_harness("mini"), fmt, tmp_path / "demo", samples=2, sessions=4,
+    asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=2, sessions=4,
                          max_tokens=128, context=4096, waste=0))
-    demos, _ = W.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
+    demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
     label = {d.file: json.loads(Path(d.file).read_text())["extra"]["task"] for d in demos}
-    packed, pack = [], W.G.pack
-    monkeypatch.setattr(W.G, "pack", lambda seqs, *a, **k: packed.append({label[s.rollout] for s in seqs}) or
+    packed, pack = [], warmstart.G.pack
+    monkeypatch.setattr(warmstart.G, "pack", lambda seqs, *a, **k: packed.append({label[s.rollout] for s in seqs}) or
                         pack(seqs, *a, **k))
-    W.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=4, batch=2, token_budget=16384,
+    warmstart.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=4, batch=2, token_budget=16384,
             micro_batches=2, seed=0, groups=[label[d.file] for d in demos], log=lambda s: None)
     first = label[demos[0].file]
     assert len(demos) == 4 and packed == [{first}, {"toy-count", "toy-even"} - {first}] * 2, packed
@@ -277,10 +277,10 @@ def test_every_attack_pays_without_the_guard_and_none_but_the_known_gaps_with_it
     """tests/attacks.json through the real harness, sandbox and verifier (bench/attacks.py prints the table): with
     the guard off each attack earns full marks - a real attack, not a spelling nobody would pay for -, with the guard
     on none pays but those marked as known gaps (each says why): a new gap fails here, and so does a closed one."""
-    harness, fmt = H.get_harness(name), ChatFormat.from_checkpoint(lfm3)
+    harness, fmt = harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3)
     attacks = ATTACKS if name in ("mini", "pi") else SOME
-    off = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "off", guard=False))
+    off = asyncio.run(oracle.attack(attacks, harness, fmt, tmp_path / "off", guard=False))
     assert [a["id"] for a in attacks if off[a["id"]] != (1.0, [])] == [], off
-    on = asyncio.run(O.attack(attacks, harness, fmt, tmp_path / "on", guard=True))
+    on = asyncio.run(oracle.attack(attacks, harness, fmt, tmp_path / "on", guard=True))
     paid = [a["id"] for a in attacks if (on[a["id"]][0] or 0) > 0 and not on[a["id"]][1]]
     assert paid == [a["id"] for a in attacks if "gap" in a], on
