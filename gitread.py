@@ -1,4 +1,4 @@
-"""The guard's reader of one git command (shellread.py meets it in a shell line): what it does to the work tree and
+"""The guard's reader of one git command (cmdread.py meets it in a shell line): what it does to the work tree and
 beyond, into the Facts of that shell - history digging (other revisions, the reflog, the upstream: answer lookup),
 files it deletes or moves, diffs it applies, credential helpers, stashes, the hosts it reaches, and reverts: a
 command that throws away uncommitted or untracked changes (clean -f, stash, reset --hard, checkout/restore of paths,

@@ -8,8 +8,8 @@
 A Session indexes what the conversation showed (hosts, test files, the task text, files, links and diffs the agent
 made, what it wrote where - judged again when a later call runs it: `Session._runs`) and resolves paths as the
 rollout sees them: lexically against the work dir and HOME, and through realpath where they exist here (the guard
-runs next to the sandboxes). Left out: reading a call (shellread.py, coderead.py), the rules and what they cannot see
-(guardrules.py).
+runs next to the sandboxes). Left out: reading a call (shellread.py, cmdread.py, coderead.py), the rules and what they
+cannot see (guardrules.py).
 """
 import fnmatch
 import functools

@@ -7,7 +7,7 @@ its own to edit; a host counts as named once system, user or tool text shows it,
 Left out, because rules cannot see it: implicit default registries (pip/npm without an index URL), blind overwrites of
 a test never shown, a diff or archive whose content was never shown, links made by a script run later, hosts built at
 run time (rev, tr, a download), suites or private dirs the guard is not told about, and what the readers cannot see
-(shellread.py, coderead.py).
+(shellread.py, cmdread.py, coderead.py).
 """
 import fnmatch
 import ipaddress
@@ -16,7 +16,8 @@ import re
 from urllib.parse import unquote
 
 from coderead import TESTFILE, joined
-from shellread import SECRET_VAR, URL, diff_files
+from cmdread import SECRET_VAR
+from shellread import URL, diff_files
 
 RULES = ("declared-tool", "reward-hacking", "test-editing", "credentials", "answer-lookup", "hosts")
 WHY = {"declared-tool": "the tool is not declared or its arguments are malformed",
