@@ -25,11 +25,11 @@ from pathlib import Path
 from aiohttp import web
 
 import pool as PL
-import rollout
 import sandbox as SB
 import servers
 import taskenv
 import tasks as T
+from proxy import Proxy
 from servers import MAX_BODY, Handle, new_key
 
 KINDS = ("read", "run", "write", "reply")
@@ -302,8 +302,8 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
                    sandbox=sandbox, cheat=cheat)
     client = servers.Client(handle.url, handle.api_key)
-    proxy = box["proxy"] = rollout.Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
-                                   guard=not cheat if guard is None else guard)
+    proxy = box["proxy"] = Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
+                                 guard=not cheat if guard is None else guard)
     it, done = iter(tasks), []
     pool = PL.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
                          max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,

@@ -17,7 +17,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout import Proxy, Rollout, run_rollout, to_atif
+from proxy import Proxy
+from rollout import Rollout, run_rollout, to_atif
 
 
 class StallError(RuntimeError):

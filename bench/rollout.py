@@ -27,6 +27,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harnesses  # noqa: E402
 import pool  # noqa: E402
+from proxy import Proxy  # noqa: E402
 import rollout  # noqa: E402
 import sandbox as SB  # noqa: E402
 import servers  # noqa: E402
@@ -78,7 +79,7 @@ async def load(urls_and_keys, requests):
 async def overhead(args):
     runner, up = await null_upstream()
     client = servers.Client(up)
-    proxy = rollout.Proxy(client, lambda: ("m", 0))
+    proxy = Proxy(client, lambda: ("m", 0))
     await proxy.start()
     tmp = Path(tempfile.mkdtemp())
     task = type("Task", (), {"guard": {}, "name": "bench"})()
@@ -105,7 +106,7 @@ async def first_request(name, sandbox="dir"):
     seen = {}
     runner, up = await null_upstream(seen)
     client = servers.Client(up)
-    proxy = rollout.Proxy(client, lambda: ("m", 0))
+    proxy = Proxy(client, lambda: ("m", 0))
     await proxy.start()
     harness = harnesses.get_harness(name)
     await asyncio.to_thread(harness.install, None, True)

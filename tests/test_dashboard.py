@@ -22,10 +22,10 @@ from aiohttp.test_utils import TestClient, TestServer
 import dashboard
 import harnesses
 import pool as PL
-import rollout
 import servers
 from conftest import free_port
 from test_rollout import HACK, NUMBERS, SOLVE, Upstream, make_task
+from proxy import Proxy
 from recipe import SHARED, rollout_reward
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -411,7 +411,7 @@ async def blocked_rollout(tmp):
     call, and the real pool writes the ATIF files into tmp/run/rollouts/mini/00000/."""
     up = Upstream(command=[HACK, SOLVE, XSS])
     client = servers.Client(await up.start(), timeout=30)
-    proxy = rollout.Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
+    proxy = Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
     await proxy.start()
     tasks = [make_task(tmp / "tasks")]
     pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,

@@ -1,4 +1,4 @@
-"""rollout.py: the guard proxy, sandboxes and the pool, with real harness processes against a scripted
+"""rollout.py and proxy.py: the guard proxy, sandboxes and the pool, with real harness processes against a scripted
 upstream (a small server in vLLM's response shape standing in for the model)."""
 import asyncio
 import itertools
@@ -23,6 +23,7 @@ import servers
 import tasks as T
 import taskenv
 import tiny
+from proxy import MAX_CONNECTIONS, Proxy
 from recipe import SHARED
 
 NUMBERS = {k: SHARED[k] for k in ("max_tokens", "context")}    # the recipe's, from recipe.py's table
@@ -109,7 +110,7 @@ async def one(tmp, harness_name, upstream, task=None, timeout=None, sandbox="aut
               keep=False, public=None):
     url = await upstream.start()
     client = servers.Client(url, timeout=30)
-    proxy = rollout.Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
+    proxy = Proxy(client, adapter=lambda: ("pi-v3", 3), sampling={"temperature": 0.8, "max_tokens": 256}, guard=guard)
     await proxy.start()
     proxy.public = public
     task = task or make_task(tmp / "tasks")
@@ -244,7 +245,7 @@ def test_proxy_auth_and_unknown_paths(tmp_path):
         import aiohttp
         up = Upstream()
         url = await up.start()
-        proxy = rollout.Proxy(servers.Client(url), adapter=lambda: ("m", 0))
+        proxy = Proxy(servers.Client(url), adapter=lambda: ("m", 0))
         await proxy.start()
         r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
         proxy.register(r)
@@ -284,7 +285,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         up = Upstream()
         url = await up.start()
         client = servers.Client(url)
-        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
+        proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         it = iter(task_list)
         pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
@@ -396,7 +397,7 @@ async def _probe_run(tmp, sandbox, systmp):
     try:
         for up, guard in ((vup, True), (pup, False)):
             url = await up.start()
-            proxies.append(rollout.Proxy(servers.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
+            proxies.append(Proxy(servers.Client(url, timeout=60), adapter=lambda: ("policy", 0), guard=guard))
             await proxies[-1].start()
         harness = harnesses.get_harness("mini")
         victims = [rollout.Rollout(task, "mini", index=i) for i in range(2)]
@@ -511,13 +512,13 @@ def test_an_agent_holding_connections_exhausts_only_its_own_share(tmp_path):
     async def go():
         import aiohttp
         up = Upstream()
-        proxy = rollout.Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
+        proxy = Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
         await proxy.start()
         greedy, other = rollout.Rollout(make_task(tmp_path / "t"), "mini"), rollout.Rollout(make_task(tmp_path / "u", "u"), "mini")
         for r in (greedy, other):
             proxy.register(r)
         (s1, p1), (s2, p2) = await proxy.open_socket(greedy), await proxy.open_socket(other)
-        conns = [await asyncio.open_unix_connection(p1) for _ in range(3 * rollout.MAX_CONNECTIONS)]
+        conns = [await asyncio.open_unix_connection(p1) for _ in range(3 * MAX_CONNECTIONS)]
         await asyncio.sleep(0.5)
         alive = 0
         for r, _ in conns:
@@ -534,7 +535,7 @@ def test_an_agent_holding_connections_exhausts_only_its_own_share(tmp_path):
         await up.runner.cleanup()
         return alive, status
     alive, status = asyncio.run(go())
-    assert alive == rollout.MAX_CONNECTIONS and status == 200
+    assert alive == MAX_CONNECTIONS and status == 200
 
 
 async def _eof_soon(reader):
@@ -610,7 +611,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     async def go():
         up = Upstream()
         url = await up.start()
-        proxy = rollout.Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
+        proxy = Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0), sampling={"max_tokens": 256})
         await proxy.start()
         r = rollout.Rollout(task, name)
         seen = taskenv.workdir(task, box / r.id / "work", SB.resolve_sandbox(sandbox)[0] == "bwrap")   # as the agent sees it
@@ -690,7 +691,7 @@ def test_a_timed_out_sandbox_is_dead_before_its_verifier_runs(tmp_path):
     async def go():
         up = Upstream(command=writer)
         url = await up.start()
-        proxy = rollout.Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0))
+        proxy = Proxy(servers.Client(url, timeout=30), adapter=lambda: ("m", 0))
         await proxy.start()
         r = rollout.Rollout(make_task(tmp_path / "tasks"), "mini")
         try:
@@ -735,7 +736,7 @@ async def one_chat(tmp_path, mutate, stream, **extra):
     import aiohttp
     up = Upstream(mutate=mutate)
     url = await up.start()
-    proxy = rollout.Proxy(servers.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
+    proxy = Proxy(servers.Client(url), adapter=lambda: ("m", 0), sampling={"max_tokens": 77})
     await proxy.start()
     r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
     proxy.register(r)
@@ -804,7 +805,7 @@ def test_a_streaming_harness_gone_before_its_answer_is_no_server_error(tmp_path,
     ClientConnectionResetError traceback, printed after the run's summary - and the turn is still recorded."""
     async def go():
         up = SlowUpstream(0.5)
-        proxy = rollout.Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
+        proxy = Proxy(servers.Client(await up.start()), adapter=lambda: ("m", 0))
         await proxy.start()
         r = rollout.Rollout(make_task(tmp_path / "t"), "mini")
         proxy.register(r)
@@ -870,7 +871,7 @@ def test_a_pool_whose_groups_are_not_taken_stops_starting_new_ones(tmp_path):
         up = Upstream()
         url = await up.start()
         client = servers.Client(url)
-        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
+        proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
                              tmp_path / "sb", max_sessions=8, group_size=4, **NUMBERS)
@@ -903,7 +904,7 @@ def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_p
         up = Upstream()
         url = await up.start()
         client = servers.Client(url)
-        proxy = rollout.Proxy(client, adapter=lambda: ("m", 0))
+        proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         n = iter(range(10 ** 6))
         pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
@@ -970,8 +971,8 @@ async def at_once(tasks, boxes, sandbox="auto"):
     proxies, rs = {}, {}
     try:
         for k, up in ups.items():
-            proxies[k] = rollout.Proxy(servers.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
-                                 sampling={"max_tokens": 256})
+            proxies[k] = Proxy(servers.Client(await up.start(), timeout=60), adapter=lambda: ("policy", 0),
+                               sampling={"max_tokens": 256})
             await proxies[k].start()
         rs = {k: rollout.Rollout(tasks[k], "mini", index=i) for i, k in enumerate(tasks)}
         await asyncio.gather(*(rollout.run_rollout(rs[k], harnesses.get_harness("mini"), proxies[k], boxes, timeout=60, keep=True,

@@ -61,6 +61,7 @@ def test_imports_point_one_way_at_every_depth(tmp_path):
     assert ENTRY_POINTS <= set(graph)
     assert cycles_and_upward_arrows(graph) == []
     assert "grpo" not in graph["rollout"]           # the producer makes no algorithm decision
+    assert "grpo" not in graph["proxy"]             # nor does the guard proxy it talks through
     assert not graph["model"]  - {"kvcache"}        # arrows point at model.py
     assert not graph["mini"]                        # runs alone in its sandbox: stdlib only
     # the check can fail: an import inside a function that closes a circle, and one of an entry point
