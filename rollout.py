@@ -108,7 +108,7 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = socket_server = bounds = container = harbor = None
+    proc = socket_server = bounds = container = harbor = verifying = None
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
@@ -202,10 +202,11 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
             r.score, r.reason = None, r.errors[0]
         elif harbor is not None:
             res = await harbor.verify(out)
-        elif container is not None:
-            res = await asyncio.to_thread(containers.verify, r.task, container, out)
-        else:
-            res = await asyncio.to_thread(taskenv.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root])
+        else:       # a thread: cancelled, it runs on and writes its work dir again - removed when it ends (finally)
+            verifying = asyncio.ensure_future(
+                asyncio.to_thread(containers.verify, r.task, container, out) if container is not None else
+                asyncio.to_thread(taskenv.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root]))
+            res = await asyncio.shield(verifying)
         if not r.errors:
             r.score, r.reason = res.score, (f"{cut} (graded as left): " if stopped else "") + res.reason
             if res.score is None:
@@ -232,6 +233,8 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
             await harbor.close()
         if not keep:
             SB.rmtree(box)
+            if verifying is not None and not verifying.done():
+                verifying.add_done_callback(lambda f: (f.cancelled() or f.exception(), SB.rmtree(box)))
         if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above
             await asyncio.to_thread(bounds.close)
     return r
