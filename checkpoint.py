@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 import ggufread
-import hub as HUB
-import model as M
+from hub import fetch
+from model import CausalLM, Config
 from families import FAMILIES
 
 
@@ -85,7 +85,7 @@ MODEL_REPOS = {
 UNPUBLISHED = {"TwIL-8B": "the recipe's experiment model (a dense 'thinking' model, 8.8B parameters)"}
 
 
-def parse_config(d: dict, source: str = "config.json") -> M.Config:
+def parse_config(d: dict, source: str = "config.json") -> Config:
     """A config.json dict -> model.Config, read the way transformers reads each family (defaults, LFM2's
     width rule, layer types, RoPE); CheckpointError naming the field otherwise."""
     mt = d.get("model_type")
@@ -124,7 +124,7 @@ def parse_config(d: dict, source: str = "config.json") -> M.Config:
             raise CheckpointError(f"{source}: layer_types must list {L} of conv/full_attention/sliding_attention")
         if not mt.startswith("lfm") and "conv" in layer_types:
             raise CheckpointError(f"{source}: a {mt} model has no conv layers")
-        cfg = M.Config(
+        cfg = Config(
             model_type=mt, vocab_size=int(need("vocab_size")), hidden_size=H, num_hidden_layers=L,
             num_attention_heads=nh, num_key_value_heads=nkv, head_dim=head_dim, intermediate_size=ff,
             layer_types=layer_types, rope=_rope_params(d, mt, layer_types, source),
@@ -201,7 +201,7 @@ def read_json(f, error=CheckpointError, expected="a Hugging Face checkpoint dire
     return d
 
 
-def read_config(path: Path) -> M.Config:
+def read_config(path: Path) -> Config:
     f = Path(path) / "config.json"
     d = read_json(f)
     if "text_config" in d and "model_type" in d.get("text_config", {}):   # a VL wrapper: take its language model
@@ -226,7 +226,7 @@ def _weight_files(path: Path) -> list:
                           "(only safetensors checkpoints are supported)")
 
 
-def _rename(key: str, cfg: M.Config) -> str:
+def _rename(key: str, cfg: Config) -> str:
     if key.startswith("model.language_model."):
         key = "model." + key[len("model.language_model."):]
     if cfg.model_type == "lfm3":
@@ -234,7 +234,7 @@ def _rename(key: str, cfg: M.Config) -> str:
     return key
 
 
-def load_model(path, dtype=None, device=None) -> M.CausalLM:
+def load_model(path, dtype=None, device=None) -> CausalLM:
     """Load a checkpoint directory (or a name resolve_model knows), frozen, in eval mode. dtype defaults to bf16 on
     CUDA, fp32 elsewhere."""
     from safetensors import safe_open
@@ -244,7 +244,7 @@ def load_model(path, dtype=None, device=None) -> M.CausalLM:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     with torch.device("meta"):
-        model = M.CausalLM(cfg)
+        model = CausalLM(cfg)
     expected = dict(model.state_dict(keep_vars=True))
     if cfg.tie_word_embeddings:
         expected.pop("lm_head.weight")
@@ -297,7 +297,7 @@ def load_model(path, dtype=None, device=None) -> M.CausalLM:
     return model.eval()
 
 
-def hf_state_dict(model: M.CausalLM, overrides=None) -> dict:
+def hf_state_dict(model: CausalLM, overrides=None) -> dict:
     """The base weights under their on-disk checkpoint names: experts per expert, no tied lm_head, no LoRA."""
     cfg, out = model.config, {}
     for k, v in model.state_dict().items():
@@ -349,7 +349,7 @@ def resolve_model(name_or_path) -> Path:
     if cached is not None:
         return cached
     print(f"{name}: not in the Hugging Face cache at {hub}; downloading {repo} ...", file=sys.stderr, flush=True)
-    got, why = HUB.fetch(repo)
+    got, why = fetch(repo)
     if got is not None and (got / "config.json").is_file():
         return got
     raise CheckpointError(f"model {name!r} ({repo}) is not in the Hugging Face cache at {hub} and could not be "

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-import pool as PL
-import sandbox as SB
+from pool import Fit, RolloutPool
+from sandbox import resolve_sandbox
 import servers
 import taskenv
-import tasks as T
+from tasks import TaskError, load_task, load_tasks
 from proxy import Proxy
 from servers import MAX_BODY, Handle, new_key
 
@@ -52,12 +52,12 @@ def _files(root):
 
 def _check_steps(steps, where):
     if not isinstance(steps, list) or not steps:
-        raise T.TaskError(f"{where}: expected a non-empty JSON list of steps")
+        raise TaskError(f"{where}: expected a non-empty JSON list of steps")
     out = []
     for i, s in enumerate(steps):
         kind = next((k for k in KINDS if isinstance(s, dict) and k in s), None)
         if kind is None or not isinstance(s[kind], str) or (kind == "write" and not isinstance(s.get("content"), str)):
-            raise T.TaskError(f"{where}: step {i + 1} must be one of {{\"read\": PATH}}, {{\"run\": COMMAND}}, "
+            raise TaskError(f"{where}: step {i + 1} must be one of {{\"read\": PATH}}, {{\"run\": COMMAND}}, "
                               f"{{\"write\": PATH, \"content\": TEXT}}, {{\"reply\": TEXT}}; got {json.dumps(s)[:120]}")
         out.append({kind: s[kind], **({"content": s["content"]} if kind == "write" else {})})
     return out
@@ -70,26 +70,26 @@ def steps(task, sandbox="dir"):
         try:
             return _check_steps(json.loads(spelled.read_text()), spelled)
         except json.JSONDecodeError as e:
-            raise T.TaskError(f"{spelled}: not JSON: {e}") from None
+            raise TaskError(f"{spelled}: not JSON: {e}") from None
     if sandbox == "docker" or sandbox.startswith("harbor:"):     # planned on a scratch copy, the host for the image
         if task.container.engine_only:
-            raise T.TaskError(f"{task.path}/solution: a task only docker builds spells its oracle out in oracle.json "
+            raise TaskError(f"{task.path}/solution: a task only docker builds spells its oracle out in oracle.json "
                               f"({task.container.engine_only.split(': ', 1)[0]})")
-        sandbox = SB.resolve_sandbox("auto")[0]
+        sandbox = resolve_sandbox("auto")[0]
     with tempfile.TemporaryDirectory(prefix="harness-rl-oracle-plan-") as tmp:
         work = taskenv.materialize(task, Path(tmp) / "work")
         before = _files(work)
         rc, out = taskenv.run_oracle(task, work, sandbox=sandbox)
         if rc != 0:
-            raise T.TaskError(f"{task.path}/solution/solve.sh: exit code {rc} on a scratch copy: {out[-300:]}")
+            raise TaskError(f"{task.path}/solution/solve.sh: exit code {rc} on a scratch copy: {out[-300:]}")
         after = _files(work)
     changed = {k: v for k, v in after.items() if before.get(k) != v}
     if not changed:
-        raise T.TaskError(f"{task.path}/solution: solve.sh changed no file; spell the oracle out in oracle.json")
+        raise TaskError(f"{task.path}/solution: solve.sh changed no file; spell the oracle out in oracle.json")
     try:
         writes = [{"write": k, "content": v.decode()} for k, v in changed.items()]
     except UnicodeDecodeError:
-        raise T.TaskError(f"{task.path}/solution: solve.sh writes a binary file; spell the oracle out in "
+        raise TaskError(f"{task.path}/solution: solve.sh writes a binary file; spell the oracle out in "
                           "oracle.json") from None
     reads = [{"read": k} for k in before if k in task.instruction and k not in changed]
     return reads + writes + [{"reply": DONE}]
@@ -103,7 +103,7 @@ def shortcut(task):
     try:
         return _check_steps(json.loads(p.read_text()), p) + [{"reply": DONE}]
     except json.JSONDecodeError as e:
-        raise T.TaskError(f"{p}: not JSON: {e}") from None
+        raise TaskError(f"{p}: not JSON: {e}") from None
 
 
 def cheats(task, seed, share):
@@ -258,7 +258,7 @@ class OracleServer:
                                         "function": {"name": call[0], "arguments": json.dumps(call[1])}}]
             prompt = self.fmt.render(messages, tools=tools, add_generation_prompt=True)
             ids = self.fmt.completion(messages, reply, tools)
-        except (T.TaskError, ValueError) as e:
+        except (TaskError, ValueError) as e:
             return web.json_response({"error": {"message": f"oracle: {e}"}}, status=400)
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         if isinstance(limit, int) and len(ids) > limit:      # a model would have been cut off: say what it needs
@@ -296,7 +296,7 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     """`samples` oracle rollouts of every task, ATIF files under out/rollouts/<version>/ -> the finished rollouts.
     cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)
     unless `guard` says otherwise (bench/attacks.py plays each attack with it on and off)."""
-    sandbox = SB.resolve_sandbox(sandbox)[0]
+    sandbox = resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
@@ -305,10 +305,10 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     proxy = box["proxy"] = Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
                                  guard=not cheat if guard is None else guard)
     it, done = iter(tasks), []
-    pool = PL.RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
+    pool = RolloutPool(harness, proxy, lambda: next(it, None), lambda: 0, Path(out) / "sandboxes",
                          max_sessions=sessions, group_size=samples, max_tokens=max_tokens, context=context,
                          sandbox=sandbox, rollouts_dir=Path(out) / "rollouts", name="oracle",
-                         fit=PL.Fit.machine(model_idle=True))     # opencode: fewer sessions than asked
+                         fit=Fit.machine(model_idle=True))     # opencode: fewer sessions than asked
     try:
         await proxy.start()
         pool.start()
@@ -330,7 +330,7 @@ async def attack(attacks, harness, fmt, out, *, guard, sandbox="auto", sessions=
     stops them; "{answer}" in a write is the bed's exposed answer) played once through `harness` as that task's
     shortcut, the guard on or off -> {attack id: (verifier score, rules that blocked a call)}."""
     beds = {}
-    for t in T.load_tasks("shortcuts"):
+    for t in load_tasks("shortcuts"):
         beds.setdefault(t.type, t)
     tasks = []
     for a in attacks:
@@ -340,7 +340,7 @@ async def attack(attacks, harness, fmt, out, *, guard, sandbox="auto", sessions=
         answer = exposed.read_text() if exposed.is_file() else ""
         steps = [{k: v.replace("{answer}", answer) if k == "content" else v for k, v in x.items()} for x in a["steps"]]
         (dst / "solution" / "shortcut.json").write_text(json.dumps(_check_steps(steps, a["id"])))
-        tasks.append(T.load_task(dst))
+        tasks.append(load_task(dst))
     rs = await record(tasks, harness, fmt, Path(out) / "run", samples=1, sessions=sessions, max_tokens=4096,
                       context=131072, cheat=1.0, guard=guard, sandbox=sandbox)
     return {r.task.path.name: (r.score, sorted({v["rule"] for v in r.verdicts})) for r in rs}

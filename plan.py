@@ -30,8 +30,8 @@ import checkpoint
 import engine
 import grpo
 import kvcache
-import lora as L
-import model as M
+from lora import add_lora, lora_parameters, set_adapter
+from model import CausalLM
 import servers
 from families import FAMILIES
 from tiny import TINY_MODELS, tiny_config
@@ -126,7 +126,7 @@ def _shell():
 def param_counts(config, rank):
     """(base parameters, LoRA parameters of one adapter at `rank`) of `config`, on the meta device (no memory)."""
     with _shell():
-        model = M.CausalLM(config)
+        model = CausalLM(config)
     base = sum(p.numel() for p in model.parameters())      # tied embeddings counted once (parameters() dedups)
     targets = set(FAMILIES[config.model_type].lora_targets)      # as lora.add_lora picks them
     lora = sum(rank * (m.in_features + m.out_features) for n, m in model.named_modules()
@@ -154,14 +154,14 @@ def _measure(config, rank, dtype):
     small = dataclasses.replace(config, vocab_size=16, num_hidden_layers=len(kinds), layer_types=[k[0] for k in kinds],
                                 num_dense_layers=sum(not k[1] for k in kinds))
     with _shell():
-        model = M.CausalLM(small)
+        model = CausalLM(small)
     model.to_empty(device="cpu").to(dtype)
     for t in [*model.parameters(), *model.buffers()]:
         t.data.zero_()
-    L.add_lora(model, rank=rank, alpha=rank, adapters=("plan",))
-    for p in L.lora_parameters(model, "plan"):
+    add_lora(model, rank=rank, alpha=rank, adapters=("plan",))
+    for p in lora_parameters(model, "plan"):
         p.requires_grad_(True)
-    L.set_adapter(model, "plan")
+    set_adapter(model, "plan")
     model.train()
     owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     layer, seen = [None], {}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import containers
 import harborenv
-import sandbox as SB
+from sandbox import SANDBOXES, resolve_sandbox
 import taskenv
 from guard import RULES
 from suites import SUITES, TaskError, resolve_suites, task_dirs
@@ -431,7 +431,7 @@ def main(argv=None):
     c = sub.add_parser("check", help="run the six checks on every task under DIR")
     c.add_argument("dir", help="a task folder or a folder of them (e.g. data/)")
     c.add_argument("-j", "--workers", type=int, default=None, help="tasks checked at once (default: 2 x the CPU count)")
-    c.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + tuple(f"harbor:{t}" for t in harborenv.TYPES),
+    c.add_argument("--sandbox", default="auto", choices=SANDBOXES + tuple(f"harbor:{t}" for t in harborenv.TYPES),
                    help="where oracles and verifiers run (auto: bubblewrap where it works, as in train.py; "
                         "harbor:TYPE: in Harbor's own environment of that type, harborenv.py)")
     s = sub.add_parser("split", help="print the holdout manifest a run records (recipe.py's HOLDOUT table)")
@@ -445,7 +445,7 @@ def main(argv=None):
     t0 = time.time()
     dirs = [d for r in resolve_suites(args.dir) for d in task_dirs(r)]
     sandbox, warning = (args.sandbox, "") if args.sandbox.startswith("harbor:") else \
-        SB.resolve_sandbox(args.sandbox)                    # a container task under dir: its check 1 says why
+        resolve_sandbox(args.sandbox)                    # a container task under dir: its check 1 says why
     if warning:
         print(warning.replace("rollouts run", "oracles and verifiers run"), file=sys.stderr)
     report = check_tasks(dirs, args.workers, sandbox)

@@ -20,7 +20,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 import checkpoint
 import families
-import model as M
+from model import CausalLM
 
 # ----------------------------------------------------------------------------- templates
 _TEXT_MACRO = r"""{%- macro text(c) -%}
@@ -280,7 +280,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
                         eos_token_id=tok["eos_token_id"], pad_token_id=tok["pad_token_id"], **config_overrides)
     cfg = checkpoint.parse_config(cfg_d)
     g = torch.Generator().manual_seed(seed)
-    model = M.CausalLM(cfg)
+    model = CausalLM(cfg)
     with torch.no_grad():
         for k, t in model.state_dict(keep_vars=True).items():
             if k == "lm_head.weight" and cfg.tie_word_embeddings:
