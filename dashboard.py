@@ -30,13 +30,14 @@ from pathlib import Path, PurePosixPath
 
 from aiohttp import web
 
+import metrics
+
 MAX_LIMIT = 500                 # rollouts per list answer; a larger ?limit= is clamped to it
 MAX_SCAN = 5000                 # newest rollout files read per run (each holds its token ids: ~10-200 kB)
 FILTERS = ("all", "blocked", "failed", "solved")
 REPORTS = ("report.html", "result.json", "report.md")     # what eval.py writes
 SKIP = {"rollouts", "adapters", "checkpoint", "checkpoint.tmp", "checkpoint.prev", "sandboxes"}   # big, no reports
 COOKIE = "harness_rl_token"
-RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys of runs written before the rename
 PAGE = Path(__file__).with_name("dashboard.html")   # the page: HTML, CSS and its script
 PAGE_CSP = "default-src 'self'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:"
 
@@ -111,7 +112,7 @@ class Run:
             except (ValueError, UnicodeDecodeError):     # a corrupt line (a crash mid-write, then more lines)
                 continue
             if isinstance(m, dict):
-                self.metrics.append({RENAMED.get(k, k): v for k, v in m.items()})
+                self.metrics.append(metrics.renamed(m))
         if whole:
             self.offset += len(whole)
             self.tail = whole[-256:]
@@ -260,7 +261,8 @@ def make_app(run_dirs, token=None):
         if token and request.query.get("token"):        # the page's own requests then carry it as a cookie
             response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
         return response
-    app, page = web.Application(middlewares=[auth]), PAGE.read_text()
+    app, page = web.Application(middlewares=[auth]), PAGE.read_text().replace(
+        "/*CHARTS*/[]", json.dumps(metrics.charts(), ensure_ascii=False))      # the metrics table's charts
     # its own threads for the disk: inside train.py, the default executor runs the optimizer and the verifiers
     disk = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dashboard")
 

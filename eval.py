@@ -30,21 +30,21 @@ from pathlib import Path
 
 import checkpoint
 import harborenv
-import harnesses as H
+from harnesses import get_harness
 import hub
 import inference
 import lora
 import oracle
-import pool as PL
-import rollout
-import sandbox as SB
+from pool import RolloutPool
+from sandbox import SANDBOXES
 import servers
-import tasks as T
+from tasks import TaskError, load_tasks, split_manifest
 import tiny
 import warmstart
 from chat import ChatFormat
-from rundir import mean_or_none
 from flags import validate
+from metrics import mean_or_none
+from proxy import Proxy
 from recipe import HOLDOUT, SHARED, recipe_config, rollout_reward
 
 
@@ -236,7 +236,7 @@ async def evaluate(args):
     if manifest:        # the run's own warm start and (unless --suite) suite
         cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
         cfg["suite"] = given.get("suite") or manifest["suite"] or cfg["suite"]
-    held = T.split_manifest(T.load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
+    held = split_manifest(load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
     # the base a run starts from (the row's agentic base, when it has a warm start, made without the held-out
     # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
     # only the model's chat format
@@ -247,7 +247,7 @@ async def evaluate(args):
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
               "--recipe tiny for the CPU demo's", file=sys.stderr, flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
-    tasks = T.load_tasks(cfg["suite"], split=args.split, manifest=held)
+    tasks = load_tasks(cfg["suite"], split=args.split, manifest=held)
     if args.limit:
         tasks = tasks[:args.limit]
     if not tasks:
@@ -267,7 +267,7 @@ async def evaluate(args):
     bases = {h: base if len(kinds) == 1 else f"{base}@{h}" for h in kinds}
     drives |= {b: h for h, b in bases.items()}
     base_of = {n: bases[h] for n, h in drives.items()}
-    harnesses = {h: H.get_harness(h) for h in kinds}
+    harnesses = {h: get_harness(h) for h in kinds}
     for h in harnesses.values():
         await asyncio.to_thread(h.install)
     sandbox, warning = harborenv.resolve_sandbox(args.sandbox, tasks, [p for h in harnesses.values()
@@ -296,12 +296,12 @@ async def evaluate(args):
         # One pool per model (the one the trainer uses): each task is a group of --samples rollouts, the
         # sessions split evenly; the reward is train.py's, with this recipe's numbers.
         for m in models:
-            proxy = rollout.Proxy(client, lambda m=m: (served[m], 0),
+            proxy = Proxy(client, lambda m=m: (served[m], 0),
                             {k: cfg[k] for k in ("temperature", "top_p", "max_tokens")}, guard=args.guard == "on")
             proxies.append(proxy)
             await proxy.start()
             it = iter(tasks)
-            pools[m] = PL.RolloutPool(harnesses[drives[m]], proxy, lambda it=it: next(it, None), lambda: 0,
+            pools[m] = RolloutPool(harnesses[drives[m]], proxy, lambda it=it: next(it, None), lambda: 0,
                                      out / "sandboxes" / folder[m],
                                      max_sessions=max(1, cfg["sessions"] // len(models)), group_size=args.samples,
                                      max_tokens=cfg["max_tokens"], context=cfg["context"], sandbox=sandbox,
@@ -373,7 +373,7 @@ def main(argv=None):
     ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
     ap.add_argument("--guard", default="on", choices=["on", "off"],
                     help="off: the ablation, calls not checked (default: on)")
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + ("harbor:docker",),
+    ap.add_argument("--sandbox", default="auto", choices=SANDBOXES + ("harbor:docker",),
                     help="as in train.py, Harbor's environments here only (default: %(default)s)")
     ap.add_argument("--temperature", type=float, help=f"sampling temperature {recipe}")
     ap.add_argument("--top-p", type=float, help=f"nucleus sampling {recipe}")
@@ -403,7 +403,7 @@ def main(argv=None):
         args.split = None
     try:
         asyncio.run(evaluate(args))
-    except (checkpoint.CheckpointError, lora.AdapterError, T.TaskError, RuntimeError, ValueError) as e:
+    except (checkpoint.CheckpointError, lora.AdapterError, TaskError, RuntimeError, ValueError) as e:
         sys.exit(f"eval.py: {e}")
 
 

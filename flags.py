@@ -1,7 +1,7 @@
 """train.py's command line: its flags (with help and each recipe row's default), the effective config of a run
 (the table's row + flags, or a resumed run's own config.json), and every number's allowed range. A knob of the table
 is one row of KNOBS: its help, its allowed values, whether --resume may change it. The numbers are recipe.py's,
-passed in (this file holds none); --loss and --advantage take grpo.py's registries (LOSSES, ESTIMATORS); eval.py
+passed in (this file holds none); --loss, --reduce and --advantage take grpo.py's registries; eval.py
 checks its numbers with the same `validate`.
 
 Left out: the numbers (recipe.py), what a run does with them (train.py), eval.py's own flags.
@@ -69,11 +69,11 @@ KNOBS = {
     "max_staleness": Knob("drop rollouts begun more than this many adapter versions ago", _int(0)),
     "bonus": Knob("reward bonus on a full pass, scaled by (1 - tool_calls / bonus_scale)", _num(0)),
     "bonus_scale": Knob("tool calls at which the bonus reaches 0", _num(0, lo_open=True)),
-    "loss": Knob("the policy-gradient objective (grpo.LOSSES)", _registered(grpo.LOSSES)),
+    "blocked_reward": Knob("the reward of a rollout the guard blocked a call of, whatever its score", _num(-1, 1)),
+    "loss": Knob("the policy-gradient objective (grpo.OBJECTIVES)", _registered(grpo.OBJECTIVES)),
     "advantage": Knob("the advantage estimator (grpo.ESTIMATORS; group: GRPO's (r - mean) / std within each group)",
                       _registered(grpo.ESTIMATORS)),
-    "reduce": Knob("how the loss averages (grpo.REDUCTIONS): token, every trained token once; rollout, every "
-                   "rollout once (GRPO's 1/|o|)", _one_of(*grpo.REDUCTIONS)),
+    "reduce": Knob("how the per-token loss becomes the step's (grpo.REDUCTIONS)", _registered(grpo.REDUCTIONS)),
     "tis_cap": Knob("C, the cap on the importance weight of --loss tis", _num(0, lo_open=True)),
     "eps_low": Knob("--loss clip: lower clip range", _num(0, 1, lo_open=True, hi_open=True)),
     "eps_high": Knob("--loss clip: upper clip range", _num(0, lo_open=True)),
@@ -158,8 +158,9 @@ def parse_args(argv=None, *, shared, recipes, doc):
                          "default: the row's warm start, tiny's)")
     for k, knob in KNOBS.items():
         v = shared.get(k, recipes["LFM3-1.7B"].get(k))
-        # --loss lists its names, each with its help, as registered in grpo.py (a loss added there shows here)
-        names = "".join(f"; {n}: {o.help}" for n, o in grpo.LOSSES.items()) if k == "loss" else ""
+        # --loss and --reduce list their names, each with its help, as registered in grpo.py (one added shows here)
+        registry = {"loss": grpo.OBJECTIVES, "reduce": grpo.REDUCTIONS}.get(k, {})
+        names = "".join(f"; {n}: {o.help}" for n, o in registry.items())
         ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None,
                         help=f"{knob.help}{names} {_d(k)}")
     return ap.parse_args(argv)

@@ -1,10 +1,11 @@
 """GRPO, the algorithm: rewards, advantages, turns -> token sequences, staleness, packing, log-probs, the loss.
 
 Plain functions and dataclasses, no model or server code (train.py wires them up). Sequences are the server's own
-token ids and sampling logprobs, never re-tokenized; the loss is a token-mean over the whole step (--reduce rollout:
-GRPO's mean over rollouts, folded into the advantages). Advantage estimators (`ESTIMATORS`, --advantage) and
-objectives (`LOSSES`, --loss) are registries. The recipe's numbers come in as arguments (recipe.py); the only
-defaults are numerics (eps, chunk sizes, MIN_SHARED) and temperature 1.
+token ids and sampling logprobs, never re-tokenized. Three registries, each a decorator and a flag: advantage
+estimators (`ESTIMATORS`, --advantage), objectives (`OBJECTIVES`, --loss: the per-token loss) and reductions
+(`REDUCTIONS`, --reduce: how the per-token loss becomes the step's, e.g. a token mean over the whole step). The
+recipe's numbers come in as arguments (recipe.py); the only defaults are numerics (eps, chunk sizes, MIN_SHARED),
+temperature 1 and the token mean.
 
 Left out: reward models, value functions, std-free advantages, distributed logic; prefix sharing deeper than one
 level (a branch of a branch) or over trained tokens (their loss terms differ per sequence).
@@ -12,7 +13,6 @@ level (a branch of a branch) or over trained tokens (their loss terms differ per
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -22,13 +22,14 @@ from torch.utils.checkpoint import checkpoint
 
 # ----------------------------------------------------------------------------- rewards, advantages
 
-def shaped_reward(score, tool_calls, blocked, bonus, scale):
-    """The recipe's reward (bonus, scale: recipe.py's table). score in [0, 1] or None (ungraded); blocked =
-    the guard blocked a call."""
+def shaped_reward(score, tool_calls, blocked_calls, *, bonus, scale, blocked_reward):
+    """The recipe's reward (bonus, scale, blocked_reward: recipe.py's table): score + bonus * (1 - tool_calls / scale)
+    on a full pass, else the score; `blocked_reward` (the recipe's 0) when the guard blocked any of its calls.
+    score in [0, 1] or None (ungraded: no reward)."""
     if score is None:
         return None
-    if blocked:
-        return 0.0
+    if blocked_calls:
+        return blocked_reward
     score = float(score)
     return score + bonus * (1 - tool_calls / scale) if score == 1.0 else score
 
@@ -118,25 +119,6 @@ def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
     return [s for s in seqs if any(s.mask)]
 
 
-# How the loss averages (--reduce): "token", each trained token counts once (the recipe's, DAPO's: long rollouts weigh
-# more); "rollout", each rollout counts once (GRPO's 1/|o_i|: a long failing rollout pushes no harder than a short
-# passing one).
-REDUCTIONS = ("token", "rollout")
-
-
-def per_rollout(sequences):
-    """Weights for the "rollout" reduction, folded into the advantages so the loss stays a token-mean: a rollout of
-    L trained tokens (over all its sequences) gets advantage * mean(L) / L, so each rollout sums to its advantage
-    times the mean rollout's token count, whatever its length. Returns new sequences."""
-    lengths = collections.Counter()
-    for s in sequences:
-        lengths[s.rollout] += sum(s.mask)
-    if not lengths:
-        return list(sequences)
-    mean = sum(lengths.values()) / len(lengths)
-    return [dataclasses.replace(s, advantage=s.advantage * mean / lengths[s.rollout]) for s in sequences]
-
-
 def is_stale(version, current_version, max_staleness):
     """The staleness window, in one place: `version` is outside it when more than `max_staleness` behind. Used by
     drop_stale, train.Trainer.publish (unloading) and live_versions (the server's adapter slots)."""
@@ -170,6 +152,7 @@ class MicroBatch:
     old_logp: torch.Tensor       # [1, T] behaviour logprob of the target
     advantages: torch.Tensor     # [1, T] the target's sequence advantage
     versions: torch.Tensor       # [1, T] adapter version that sampled the target (mismatch, staleness stats)
+    rollout_tokens: torch.Tensor  # [1, T] float, the trained tokens the target's rollout has in the whole step
     sequences: list = field(default_factory=list, repr=False)   # the original sequences, in row order
     shared: list = field(default_factory=list, repr=False)      # per sequence: input tokens taken from its root
 
@@ -183,12 +166,23 @@ class Packed:
     micro_batches: list
     waiting: list               # sequences that did not fit this step, oldest first (put back in the queue)
     tokens: int = 0             # tokens computed this step (the budget's numerator; shared prefixes once)
-    loss_tokens: int = 0        # masked (trained) tokens this step: the loss's denominator
     truncated: int = 0          # sequences cut to the micro-batch length
     truncated_tokens: int = 0
     dropped: int = 0            # sequences with no trained token left after truncation
     fill: float = 0.0           # tokens / budget
     shared_tokens: int = 0      # tokens not computed because a sequence shared its root's prefix
+    totals: Totals = None       # what a reduction divides by
+
+    @property
+    def loss_tokens(self):      # masked (trained) tokens this step
+        return self.totals.tokens if self.totals else 0
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A whole step's counts, over all its micro-batches (and ranks): what a reduction may divide by."""
+    tokens: int = 0             # trained tokens
+    rollouts: int = 0           # rollouts with a trained token
 
 
 # Shortest prefix worth sharing: below it a coincidence (a chat template's first tokens) would split rows
@@ -249,10 +243,14 @@ def pack(sequences, token_budget, micro_batches, min_shared=MIN_SHARED) -> Packe
         else:
             out.waiting.append(s)
     rows = _balance([t[1] for t in trees], micro_batches, cap) or placed
-    out.micro_batches = [_row([trees[i][2] for i in sorted(idx)]) for idx in rows if idx]
+    trained = collections.Counter()         # per rollout, its trained tokens in the step (over all its sequences)
+    for tree in trees:
+        for n, s, p in tree[2]:
+            trained[s.rollout] += sum(s.mask[p + 1:])
+    out.micro_batches = [_row([trees[i][2] for i in sorted(idx)], trained) for idx in rows if idx]
     out.tokens = sum(mb.num_tokens for mb in out.micro_batches)
     out.shared_tokens = sum(sum(mb.shared) for mb in out.micro_batches)
-    out.loss_tokens = int(sum(mb.mask.sum().item() for mb in out.micro_batches))
+    out.totals = Totals(int(sum(mb.mask.sum().item() for mb in out.micro_batches)), len(trained))
     out.fill = out.tokens / token_budget
     return out
 
@@ -294,10 +292,11 @@ def _balance(lengths, k, cap):
     return rows
 
 
-def _row(trees) -> MicroBatch:
+def _row(trees, trained) -> MicroBatch:
     """One row from trees [(n, sequence, shared)], each root first: a root at positions 0..n-1, then its
-    branches longest shared first (so no branch's first position continues the previous segment's)."""
-    ids, pos, tgt, mask, old, adv, ver, seqs, shared = [], [], [], [], [], [], [], [], []
+    branches longest shared first (so no branch's first position continues the previous segment's).
+    trained: per rollout, its trained tokens in the step."""
+    ids, pos, tgt, mask, old, adv, ver, seqs, shared, lengths = [], [], [], [], [], [], [], [], [], []
     for tree in trees:
         root, branches = tree[0], sorted(tree[1:], key=lambda b: -b[2])
         for n, s, p in [root, *branches]:
@@ -307,12 +306,14 @@ def _row(trees) -> MicroBatch:
             mask += s.mask[p + 1:]
             old += s.old_logp[p + 1:]
             adv += [s.advantage] * (n - p)
+            lengths += [trained[s.rollout]] * (n - p)
             ver += s.versions[p + 1:] if len(s.versions) == len(s) else [s.start_version] * (n - p)
             seqs.append(s)
             shared.append(p)
     t = lambda x, dt: torch.tensor([x], dtype=dt)  # noqa: E731
     return MicroBatch(t(ids, torch.long), t(pos, torch.long), t(tgt, torch.long), t(mask, torch.float32),
-                      t(old, torch.float32), t(adv, torch.float32), t(ver, torch.long), seqs, shared)
+                      t(old, torch.float32), t(adv, torch.float32), t(ver, torch.long), t(lengths, torch.float32),
+                      seqs, shared)
 
 
 # ----------------------------------------------------------------------------- log-probabilities, loss
@@ -372,11 +373,12 @@ def token_logprobs(hidden, lm_head_weight, targets, chunk=None, temperature=1.0)
 
 # Policy-gradient objectives, by name (--loss): (logp with gradient, sampling logp, advantages, r without gradient,
 # its `knobs` from the table by name) -> (per-token loss, its own per-token stats, averaged over trained tokens).
-LOSSES = {}
+OBJECTIVES = {}
 
 
 @dataclass
-class Objective:
+class Entry:
+    """A registered objective or reduction: the function, the settings it takes, its line in --help."""
     fn: object
     knobs: tuple            # its settings, by their names in the table (recipe.SHARED)
     help: str
@@ -384,7 +386,7 @@ class Objective:
 
 def objective(name, knobs=(), help=""):
     def register(fn):
-        LOSSES[name] = Objective(fn, tuple(knobs), help)
+        OBJECTIVES[name] = Entry(fn, tuple(knobs), help)
         return fn
     return register
 
@@ -413,24 +415,55 @@ def clip_objective(logp, old_logp, advantages, ratio, *, eps_low, eps_high, rati
         "clip_frac": no_grad, "trunc_frac": trunc, "is_weight": r.detach()}
 
 
-def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, beta, ref_logp=None, fresh=None,
-              **knobs):
-    """One micro-batch's loss over `num_tokens`, the whole step's trained tokens (default: this micro-batch's), so
-    backward() summed over micro-batches is the step's token-mean. old_logp: mu, the server's sampling logprobs.
-    objective: a LOSSES name, given its knobs (others ignored); `beta`: k3 KL(policy || base) from `ref_logp`.
+# Reductions, by name (--reduce): (per-token loss, mask, the step's Totals, per token its rollout's trained tokens in
+# the step, its `knobs` from the table by name) -> this micro-batch's share of the step's loss: summed over the step's
+# micro-batches (and ranks), the step's loss. Its divisor is the whole step's, not the micro-batch's.
+REDUCTIONS = {}
+
+
+def reduction(name, knobs=(), help=""):
+    def register(fn):
+        REDUCTIONS[name] = Entry(fn, tuple(knobs), help)
+        return fn
+    return register
+
+
+@reduction("token", help="every trained token of the step once (DAPO's: a long rollout weighs more)")
+def token_mean(per_token, mask, totals, rollout_tokens):
+    return (per_token * mask).sum() / max(totals.tokens, 1)
+
+
+@reduction("rollout", help="every rollout once, its tokens averaged (GRPO's 1/|o|)")
+def rollout_mean(per_token, mask, totals, rollout_tokens):
+    return (per_token * mask / rollout_tokens.clamp(min=1)).sum() / max(totals.rollouts, 1)
+
+
+def _knobs(kind, name, registry, knobs):
+    if name not in registry:
+        raise ValueError(f"grpo_loss: {kind} must be one of {', '.join(registry)}, not {name!r}")
+    if missing := [k for k in registry[name].knobs if k not in knobs]:
+        raise ValueError(f"grpo_loss: {kind} {name!r} needs {', '.join(missing)}")
+    return registry[name].fn, {k: knobs[k] for k in registry[name].knobs}
+
+
+def grpo_loss(logp, old_logp, advantages, mask, totals=None, *, objective, beta, reduce="token", rollout_tokens=None,
+              ref_logp=None, fresh=None, **knobs):
+    """One micro-batch's share of the step's loss: the objective's per-token loss (+ beta * KL), reduced by `reduce`
+    over `totals`, the whole step's counts (default: this micro-batch's, one rollout), so backward() summed over
+    micro-batches is the step's loss. old_logp: mu, the server's sampling logprobs. objective, reduce: an OBJECTIVES and a
+    REDUCTIONS name, each given its knobs (others ignored); `beta`: k3 KL(policy || base) from `ref_logp`.
     `fresh`: tokens sampled by these very weights; `mismatch`, mean |logp - old_logp| over them, is 0 up to
     numerics when trainer and server agree. Returns (loss, stats: per-token means over its trained tokens)."""
-    if objective not in LOSSES:
-        raise ValueError(f"grpo_loss: objective must be one of {', '.join(LOSSES)}, not {objective!r}")
-    obj = LOSSES[objective]
-    if missing := [k for k in obj.knobs if k not in knobs]:
-        raise ValueError(f"grpo_loss: objective {objective!r} needs {', '.join(missing)}")
+    loss_fn, loss_knobs = _knobs("objective", objective, OBJECTIVES, knobs)
+    reduce_fn, reduce_knobs = _knobs("reduce", reduce, REDUCTIONS, knobs)
     mask = mask.to(logp.dtype)
-    n = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp.dtype)
-    n = n.clamp(min=1)
+    if totals is None:
+        totals = Totals(int(mask.sum().item()), 1)
+    if rollout_tokens is None:
+        rollout_tokens = torch.full_like(mask, float(totals.tokens))
     log_ratio = logp.detach() - old_logp
     ratio = torch.exp(log_ratio)
-    per_token, own = obj.fn(logp, old_logp, advantages, ratio, **{k: knobs[k] for k in obj.knobs})
+    per_token, own = loss_fn(logp, old_logp, advantages, ratio, **loss_knobs)
     kl = None
     if beta:
         if ref_logp is None:
@@ -438,7 +471,7 @@ def grpo_loss(logp, old_logp, advantages, mask, num_tokens=None, *, objective, b
         d = ref_logp - logp
         kl = torch.exp(d) - d - 1
         per_token = per_token + beta * kl
-    loss = (per_token * mask).sum() / n
+    loss = reduce_fn(per_token, mask, totals, rollout_tokens.to(mask), **reduce_knobs)
     with torch.no_grad():
         m = mask.bool()
         cnt = m.sum().clamp(min=1)

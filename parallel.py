@@ -248,7 +248,7 @@ def _sync(model, last):
 
 # ----------------------------------------------------------------------------- one step
 
-def train_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=False):
+def optimizer_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=False):
     """One optimizer step, this rank taking its `shard` of the step's micro-batches (the same list on every rank);
     every rank must call it. loss_fn(model, mb) -> (loss / the step's global trained-token count, stats). Returns
     ([(loss, stats) per own micro-batch], global grad norm before clipping, or None: no micro-batch, nothing changed).

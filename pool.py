@@ -97,15 +97,15 @@ def others_cpu() -> float:
 
 class RolloutPool:
     """Keeps up to `max_sessions` rollouts of one harness running, fewer while `fit` (a Fit) says the machine cannot
-    run more: `limit`, `cpu_bound`. next_task() -> the next task, or None at the end; served() -> the adapter
-    version new requests use (each rollout's start_version); reward(r) -> its r.reward, once. Finished groups arrive
+    run more: `limit`, `cpu_bound`. next_task() -> the next task, or None at the end; current_version() -> the
+    adapter version new requests use (each rollout's start_version); reward(r) -> its r.reward, once. Finished groups arrive
     complete on `self.groups` (an asyncio.Queue), in order of completion; no new group begins while `backlog` + 1
     (max_sessions / group size: one step's worth) are begun and not taken."""
 
-    def __init__(self, harness, proxy: Proxy, next_task, served, root, *, max_sessions, group_size, max_tokens,
+    def __init__(self, harness, proxy: Proxy, next_task, current_version, root, *, max_sessions, group_size, max_tokens,
                  context, rollouts_dir=None, keep=False, sandbox="auto", timeout=None, reward=None, name=None,
                  fit=None):
-        self.harness, self.proxy, self.next_task, self.served = harness, proxy, next_task, served
+        self.harness, self.proxy, self.next_task, self.current_version = harness, proxy, next_task, current_version
         self.name = name or harness.name
         self.last_graded, self.ungraded_since = time.time(), []     # for the stall check (next_group)
         self.reward = reward
@@ -162,7 +162,7 @@ class RolloutPool:
             await self.freed.wait_for(lambda: self.running < self.limit)
             self.running += 1
         try:
-            r.start_version = self.served()
+            r.start_version = self.current_version()
             await run_rollout(r, self.harness, self.proxy, self.root, keep=self.keep, sandbox=self.sandbox, **self.kw)
         finally:
             async with self.freed:

@@ -22,9 +22,10 @@ SHARED = dict(
     recompute="on",                     # activation checkpointing: a micro-batch's memory is its layers' inputs
     max_staleness=4,                    # drop rollouts begun more than 4 adapter versions ago
     bonus=0.1, bonus_scale=15,          # reward = score + 0.1 * (1 - tool_calls / 15) on full passes
+    blocked_reward=0.0,                 # ... and 0 for a rollout the guard blocked a call of (grpo.shaped_reward)
     advantage="group",                  # (r - mean) / std within each task's group (grpo.ESTIMATORS)
-    loss="tis", tis_cap=2.0,            # off-policy correction: truncated importance weight min(pi/mu, 2) (grpo.LOSSES)
-    reduce="token",                     # the loss: a mean over the step's trained tokens (grpo.REDUCTIONS)
+    loss="tis", tis_cap=2.0,            # off-policy correction: truncated importance weight min(pi/mu, 2) (grpo.OBJECTIVES)
+    reduce="token",                     # the step's loss: a mean over its trained tokens (grpo.REDUCTIONS)
     eps_low=0.2, eps_high=0.28, ratio_cap=None,     # --loss clip: PPO's clip range (+ optional dual-clip cap)
     beta=0.0,                           # k3 KL to the base model (0: off, as the recipe)
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
@@ -35,26 +36,24 @@ SHARED = dict(
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
     kv_cache=0.0,                       # GiB of K/V for the embedded server's decode batch (0: engine.kv_budget)
 )
-# Warm starts (warmstart.py, docs/warm-start.md): oracle demonstrations through the run's harness, SFT of a LoRA,
-# merged: the cached agentic base. tiny: warm-up tasks (no toy task; waste 6: base 2.5-2.9 calls, 4: 1.5); SmolLM2:
-# its training split.
+# Warm starts (warmstart.py; how each number was chosen: docs/warm-start.md): oracle demonstrations through the run's
+# harness, SFT of a LoRA, merged: the cached agentic base. tiny: the warm-up tasks (never a toy task), `waste` wasted
+# calls before the oracle's own; SmolLM2: its training split.
 WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
                   token_budget=131072, micro_batches=2)  # rows of 65 536: hermes' ~28 000-token prompt + 8 branches
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
-# CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini. max_tokens: the oracle's longest step
-# (a write of answer.txt) fits; lr: from the agentic base, 5e-3 and 1e-2 broke its tool-call format; context and token
-# budget: the real harnesses' prompts in its 665-token vocabulary (pi ~3 200 tokens, opencode ~18 200, hermes
-# ~27 700; hermes refuses a context under 64 000), a hermes rollout whole in one of the 4 rows; sessions: a step of 4
-# groups (mini seed 1 at 5: 1.5x reward, calls 0.89x; at 4: 3.8x, 0.46x), pi alone 5 (at 4 one seed of two 1.3x;
-# at 5 seeds 0/1/2: 3.7x/3.7x/3.6x, docs/real-harnesses.md); recompute: off, its activations are small (a 12 800-token
-# pi row: 630 MB kept, 290 recomputed, 1.2 s vs 1.7 s a step). per_harness: a one-harness run's own numbers
+# CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini (how each number was chosen, measured:
+# docs/main-job.md and docs/real-harnesses.md). max_tokens: the oracle's longest step (a write of answer.txt) fits;
+# context and token budget: the real harnesses' prompts in its 665-token vocabulary fit (hermes refuses a context
+# under 64 000), a hermes rollout whole in one of the 4 rows; sessions: a step of 4 groups (pi: 5); recompute: off,
+# its activations are small. per_harness: a one-harness run's own numbers
 TINY = dict(steps=24, sessions=32, token_budget=131072, lr=2e-3, rank=8, alpha=16, harness="mini", suite="toy",
             server="local", max_tokens=72, context=65536, save_every=4, recompute="off", warm_start=WARM_START,
             per_harness={"pi": dict(sessions=40)})
 RECIPES = {
     # gpus: the recipe's 2, 4 and 4, half serving (vLLM, tensor-parallel) and half training (servers.gpu_plan)
-    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM 0.33: no LFM3
+    "LFM3-1.7B": dict(steps=400, sessions=48, token_budget=65536, gpus=2, server="local"),  # vLLM serves no LFM3
     "LFM2.5-24B-A2B": dict(steps=200, sessions=48, token_budget=131072, gpus=4),
     "TwIL-8B": dict(steps=300, sessions=12, token_budget=65536, gpus=4),     # long reasoning fills memory
     "tiny": TINY,
@@ -74,8 +73,7 @@ RECIPES = {
 }
 # Held out for eval, per source the tasks ranked lowest by sha256("<seed>/<name>"): the recipe's 40 Repo2RLEnvs + 150
 # SmolDataEnvs once a source has twice as many; a smaller source, or one not named, holds out `fraction` (the recipe's
-# 40 of 270 Repo2RLEnvs), at least 1 of 2 or more. Shipped: repo2rl 40 -> 6, smoldata 74 -> 11, numbers 42 -> 6,
-# files 65 -> 10, toy 6 -> 1, humaneval 164 -> 25, shortcuts 48 -> 7 (the ablation holds out all of data/honest too).
+# 40 of 270 Repo2RLEnvs), at least 1 of 2 or more (`python tasks.py split` lists each suite's).
 HOLDOUT = dict(counts={"repo2rl": 40, "smoldata": 150}, fraction=0.15)
 
 
@@ -87,10 +85,12 @@ effective_config = functools.partial(flags.effective_config, shared=SHARED, reci
 def rollout_reward(cfg):
     """The reward of a finished rollout, decided once, with the run's numbers: the pool stores it as r.reward
     and in the ATIF file, advantages and metrics read it from there (eval.py reports the same one)."""
-    return lambda r: grpo.shaped_reward(r.score, r.tool_calls, r.blocked, cfg["bonus"], cfg["bonus_scale"])
+    return lambda r: grpo.shaped_reward(r.score, r.tool_calls, len(r.verdicts), bonus=cfg["bonus"],
+                                        scale=cfg["bonus_scale"], blocked_reward=cfg["blocked_reward"])
 
 
 def loss_settings(cfg):
-    """grpo_loss's arguments from the run's numbers: the objective, beta, and every objective's knobs in the table."""
-    return dict(objective=cfg["loss"], beta=cfg["beta"], **{k: cfg[k] for o in grpo.LOSSES.values() for k in o.knobs
-                                                              if k in cfg})
+    """grpo_loss's arguments from the run's numbers: the objective, the reduction, beta, and the knobs in the table
+    of every objective and reduction."""
+    knobs = {k for entry in (*grpo.OBJECTIVES.values(), *grpo.REDUCTIONS.values()) for k in entry.knobs}
+    return dict(objective=cfg["loss"], reduce=cfg["reduce"], beta=cfg["beta"], **{k: cfg[k] for k in knobs if k in cfg})

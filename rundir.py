@@ -1,5 +1,5 @@
 """A run's folder on disk (its layout: README.md, "The run folder"): checkpoint/state.pt (the last two kept), one
-metrics.jsonl line per trainer step, the progress line printed from it, and the end-of-run summary.
+metrics.jsonl line per trainer step (its columns: metrics.py), and the end-of-run summary.
 
 Left out: what goes into a checkpoint and when (train.py), remote storage, pruning old adapters.
 """
@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 
 import checkpoint
+import metrics
+from metrics import mean_or_none
 
 
 CHECKPOINTS = ("checkpoint", "checkpoint.tmp", "checkpoint.prev")    # where a resume looks, newest first
-RENAMED = {"harness": "trainer", "guard_blocks": "blocked"}     # metrics keys of runs written before the rename
 
 
 def write_checkpoint(run_dir, state):
@@ -117,25 +118,8 @@ def trim_metrics(path, last):
     return len(lines) - len(keep)
 
 
-def progress(m):
-    """The step's one line; its columns: docs/main-job.md, "The progress line"."""
-    why = ", ".join(f"{k} {v}" for k, v in sorted(m["ungraded_by"].items()))
-    shared = f" (+{m['shared_tokens']} shared)" if m.get("shared_tokens") else ""
-    return (f"[{m['trainer']}] step {m['step']:>4} | reward {_f(m['reward'])} pass {_f(m['pass_rate'], '{:.0%}')} "
-            f"| tools {_f(m['tool_calls'], '{:.1f}')} (solved {_f(m.get('tool_calls_solved'), '{:.1f}')}) "
-            f"blocks {m['blocked']} timed out {m.get('timed_out', 0)} stale {m['dropped_stale']} "
-            f"ungraded {m['ungraded']}{f' ({why})' if why else ''} | tokens {m['tokens']}{shared} fill {m['fill']:.0%} "
-            f"| loss {_f(m['loss'])} w {_f(m.get('is_weight'), '{:.2f}')} cut {_f(m.get('clip_frac'), '{:.2f}')} "
-            f"trunc {_f(m.get('trunc_frac'), '{:.2f}')} mm {_f(m['mismatch'], '{:.0e}')} | {m['step_time']:.1f}s "
-            f"(wait {m['wait_time']:.1f} train {m['train_time']:.1f} sync {m['sync_time']:.2f}) "
-            f"| in flight {m['in_flight']}" + (f" of {m['sessions']}" if m.get("sessions") else "")
-            + (" (cpu-bound)" if m.get("cpu_bound") else "")
-            + (f" | kv preempted {m['kv_preempted']}" if m.get("kv_preempted") else ""))
-
-
 def read_metric(line):
-    m = json.loads(line)
-    return {RENAMED.get(k, k): v for k, v in m.items()} if isinstance(m, dict) else m
+    return metrics.renamed(json.loads(line))
 
 
 def append_metrics(run_dir, m):
@@ -172,8 +156,3 @@ def summary(run_dir, trainers, seconds):
 
 def _f(v, s="{:.3f}"):
     return "-" if v is None else s.format(v)
-
-
-def mean_or_none(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None

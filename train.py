@@ -16,9 +16,7 @@ Left out: several harnesses in one torchrun (one per run); a learning rate sched
 from __future__ import annotations
 
 import asyncio
-import collections
 import copy
-import dataclasses
 import functools
 import json
 import os
@@ -37,142 +35,24 @@ import flags
 import grpo
 import harborenv
 import harnesses
-import hub
 import inference
-import lora
+import metrics
 import parallel
 import plan
 import recipe
-import pool as PL
-import rollout
+import proxy
 import rundir
-import sandbox as SB
 import servers
-import tasks as T
 import trackers
 import warmstart
 from learner import Learner
+from pool import Fit, RolloutPool
+from sandbox import spawn_kw
+from tasks import TaskError, load_tasks, split_manifest
+from trainer import Trainer, trainer_name, version_name
 
 # the command line (flags.py) with the recipe's table (recipe.py)
 parse_args = functools.partial(flags.parse_args, shared=recipe.SHARED, recipes=recipe.RECIPES, doc=__doc__)
-
-
-# ----------------------------------------------------------------------------- one harness's trainer
-
-def version_name(trainer, version):
-    """The server-side name of an adapter version ("pi-v17"): new per version, as vLLM keys its prefix cache by it."""
-    return f"{trainer}-v{version}"
-
-
-def trainer_name(spec):
-    """"mini:b" (a second mini trainer with its own adapter) -> "mini-b"; "pi" -> "pi"."""
-    return spec.replace(":", "-", 1)
-
-
-class Trainer:
-    """One harness's side of training: its Learner, task order, queue of what did not fit a step, proxy, and
-    publishing. `step` counts metrics lines; `version` counts optimizer updates (an empty step leaves it: staleness
-    counts real changes); `served`, the newest version the server has loaded, is what new requests use."""
-
-    def __init__(self, spec, learner, cfg, run_dir, tasks, client, server=None, report=lambda m: None):
-        self.name, self.learner, self.cfg, self.run_dir = trainer_name(spec), learner, cfg, run_dir
-        self.client, self.server, self.report = client, server, report   # server: the embedded one, in this process
-        self.harness = harnesses.get_harness(spec.partition(":")[0])
-        self.step, self.cursor, self.served = 0, 0, None
-        self.order = list(tasks)
-        random.Random(f"{cfg['seed']}/{self.name}").shuffle(self.order)
-        self.queue, self.loaded, self.writes, self.sync_time, self.proxy = [], [], [], 0.0, None
-        self.last = None              # the last metrics line (the model card's run numbers)
-        self.base = None              # the checkpoint the adapter applies to (the agentic base of a warm start)
-
-    @property
-    def version(self):
-        return self.learner.version
-
-    def next_task(self):
-        self.cursor += 1
-        return self.order[(self.cursor - 1) % len(self.order)]
-
-    def adapter(self):          # (name, version) for the proxy: always a version the server has loaded
-        return version_name(self.name, self.served), self.served
-
-    async def publish(self):
-        """Serve the weights of version `version` (the learner's snapshot of them), then hand that version to new
-        requests; unload versions that are outside the staleness window and used by no request in flight."""
-        t0, v, name = time.time(), self.version, version_name(self.name, self.version)
-        path = (self.run_dir / "adapters" / name).resolve()
-        config, tensors = self.learner.snap
-        texts = {hub.CARD: self.card(name, config)}
-        if self.server is not None:   # same process: copy the tensors in; the PEFT directory is written aside
-            await self.server.add_adapter(name, config, tensors, path)
-            self.writes = [w for w in self.writes if not w.done()]
-            self.writes.append(asyncio.ensure_future(asyncio.to_thread(lora.write_adapter, path, config, tensors, texts)))
-        else:                         # vLLM or a remote server: through the disk and its HTTP API
-            await asyncio.to_thread(lora.write_adapter, path, config, tensors, texts)
-            await self.client.load_adapter(name, path)
-        self.served = v               # only now: no request ever names a version the server lacks
-        self.loaded.append(v)
-        for u in list(self.loaded):   # (unloading is off the hot path: the same HTTP call for every server)
-            if grpo.is_stale(u, v, self.cfg["max_staleness"]) and not self.proxy.in_use[version_name(self.name, u)]:
-                self.loaded.remove(u)
-                await self.client.unload_adapter(version_name(self.name, u))
-        self.sync_time = time.time() - t0
-
-    def card(self, name, config):
-        """The adapter's model card (hub.card): its base (the recipe model's Hub repo, unless a warm start made an
-        agentic base of it), harness, the run's numbers and its last metrics line."""
-        cfg, m = self.cfg, self.last
-        base = (not cfg.get("warm_start") and checkpoint.MODEL_REPOS.get(str(cfg["model"]))) or self.base or cfg["model"]
-        progress = {"run": self.run_dir.name, "adapter version": self.version, "steps": self.step,
-                    **({k: m[k] if not isinstance(m[k], float) else round(m[k], 4)
-                        for k in ("reward", "pass_rate", "tool_calls", "blocked", "timed_out") if k in m} if m else {})}
-        return hub.card(name=name, base=base, harness=self.harness.name, harness_release=self.harness.release,
-                        cfg=cfg, progress=progress)
-
-    def optimize(self, packed, commit):
-        """The step's update (the learner's, on every rank) and its commit: `step` advances and commit(stats)
-        writes the metrics line, under the lock a checkpoint snapshot takes, so a checkpoint never holds new
-        weights without their step. Runs in a worker thread while the server keeps decoding."""
-        if self.learner.model.device.type == "cpu" and self.server is not None:    # the engine has the other half
-            torch.set_num_threads(max(1, (os.cpu_count() or 2) - (self.server.engine.threads or 0)))
-        with self.learner.lock:
-            # under torchrun the micro-batches go to every rank (only what the loss reads: not the sequences)
-            mbs = [dataclasses.replace(mb, sequences=[], shared=[]) for mb in packed.micro_batches]
-            loss_fn = functools.partial(policy_loss, temperature=self.cfg["temperature"], **recipe.loss_settings(self.cfg))
-            out, grad_norm = parallel.call(self.learner.update, mbs, loss_fn, packed.loss_tokens)
-            stats = grpo.StepStats()
-            for loss, st in out:
-                stats.add(loss, st)
-            self.step += 1
-            return commit({**stats.means(), "grad_norm": grad_norm})
-
-    def state(self, alone=False):
-        """The learner's state (every rank, unless `alone`: rank 0's without the others) with the step and cursor."""
-        return {"step": self.step, "cursor": self.cursor,
-                **(self.learner.state() if alone else parallel.call(self.learner.state))}
-
-    def restore(self, st):
-        self.step, self.cursor = st["step"], st["cursor"]
-        parallel.call(self.learner.restore, st, st["step"])     # every rank; a checkpoint older than versions: step
-
-
-def policy_loss(learner, net, mb, num_tokens, *, temperature, beta, **settings):
-    """grpo_loss of one micro-batch through `net`, normalised by the step's trained-token count (a module-level
-    function: under torchrun it travels to the other ranks with its settings)."""
-    model, dev = learner.model, learner.model.lm_head.weight.device
-    ids, pos, tgt, mask, old, adv, ver = (x.to(dev) for x in (
-        mb.input_ids, mb.position_ids, mb.targets, mb.mask, mb.old_logp, mb.advantages, mb.versions))
-    ref = None
-    if beta:       # the base model's logprobs for the KL term: adapter off, no gradient
-        with torch.no_grad():
-            lora.set_adapter(model, None)
-            ref = grpo.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                                   temperature=temperature)
-    lora.set_adapter(model, learner.name)
-    logp = grpo.token_logprobs(net(ids, pos, return_hidden=True), model.lm_head.weight, tgt,
-                            temperature=temperature)    # the server's sampling distribution
-    return grpo.grpo_loss(logp, old, adv, mask, num_tokens=num_tokens, beta=beta, **settings,
-                       ref_logp=ref, fresh=ver == learner.version)   # sampled by these weights
 
 
 CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
@@ -180,70 +60,32 @@ CHECKPOINT_LOCK = threading.Lock()  # one checkpoint write at a time
 
 # ----------------------------------------------------------------------------- one step
 
-async def train_step(tr: Trainer, pool: PL.RolloutPool, stop: asyncio.Event, everyone) -> bool:
+async def train_step(tr: Trainer, pool: RolloutPool, stop: asyncio.Event, everyone) -> bool:
     """One step of one trainer, top to bottom. Returns False once the run is stopping."""
     cfg, t0 = tr.cfg, time.time()
-    # the recipe's ~6 tasks x 8 rollouts: --sessions' worth, whatever --fit lets run at once (a slower machine takes
-    # longer over the same batch; one group a step, pi's on 2 cores, did not learn: docs/real-harnesses.md)
-    max_groups = max(1, cfg["sessions"] // cfg["group_size"])
-    # 1. Finished groups (all rollouts done, each reward decided as it finished), until they fill the token budget
-    #    (counted as pack counts it: a shared prompt once); while none has varied rewards, up to 4x as many, then an
-    #    empty step (no_signal): a policy collapsed to one answer would otherwise stall the run.
-    groups, candidates = [], list(tr.queue)                  # what did not fit the last step goes first
-    learnable, full = bool(tr.queue), grpo.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
-    while not groups or (not learnable and len(groups) < 4 * max_groups) or (len(groups) < max_groups and not full):
-        g = await pool.next_group(stop, cfg["stall_timeout"])
-        if g is None:
-            return False
-        groups.append(g)
-        if grpo.varied([r.reward for r in g.rollouts]):
-            learnable = True
-            candidates += [s for r in g.rollouts if r.reward is not None for s in grpo.build_sequences(r.turns, 0.0, r.id)]
-            full = grpo.fills(candidates, cfg["token_budget"], cfg["micro_batches"])
+    # 1. Finished groups until they fill the token budget or make the step's share (Trainer.collect)
+    groups = await tr.collect(pool, stop)
+    if groups is None:
+        return False
     # 2. Advantages, once collection is done: the run's estimator (grpo.ESTIMATORS); None: trains on nothing
     advantages = grpo.ESTIMATORS[cfg["advantage"]]([[r.reward for r in g.rollouts] for g in groups])
-    no_signal = sum(all(a is None for a in adv) for adv in advantages)  # nothing to learn from this task this time
+    no_signal = sum(all(a is None for a in adv) for adv in advantages)
     # 3. Each rollout's turns -> training sequences, token for token as the server returned them
-    new = [s for g, adv in zip(groups, advantages) for r, a in zip(g.rollouts, adv) if a is not None
-           for s in grpo.build_sequences(r.turns, a, r.id, start_version=r.start_version)]
-    seqs = list(tr.queue) + (grpo.per_rollout(new) if cfg["reduce"] == "rollout" else new)
+    seqs = list(tr.queue) + [s for g, adv in zip(groups, advantages) for r, a in zip(g.rollouts, adv) if a is not None
+                             for s in grpo.build_sequences(r.turns, a, r.id, start_version=r.start_version)]
     # 4. Drop rollouts begun more than max_staleness versions before the weights they would update
     seqs, stale = grpo.drop_stale(seqs, tr.version, cfg["max_staleness"])
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
     packed = grpo.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
     tr.queue = packed.waiting
-    t1 = time.time()
-    # 6. Forward/backward + AdamW in a worker thread; the metrics line is written with the step's commit
+    # 6. The metrics the step computes (metrics.METRICS), then forward/backward + AdamW in a worker thread
+    #    (Trainer.optimize -> learner.update -> learner.policy_loss -> grpo.grpo_loss): the line gets the loss's stats
     rollouts = [r for g in groups for r in g.rollouts]
-    graded = [r for r in rollouts if r.reward is not None]
-
-    def commit(losses):
-        t2 = time.time()
-        m = {"trainer": tr.name, "step": tr.step, "version": tr.version, "groups": len(groups),
-             "rollouts": len(rollouts),
-             "reward": rundir.mean_or_none([r.reward for r in graded]), "score": rundir.mean_or_none([r.score for r in graded]),
-             "pass_rate": rundir.mean_or_none([float(r.score == 1.0) for r in graded]),
-             "tool_calls": rundir.mean_or_none([r.tool_calls for r in graded]),
-             "tool_calls_solved": rundir.mean_or_none([r.tool_calls for r in graded if r.score == 1.0]),
-             "blocked": sum(r.blocked for r in rollouts), "timed_out": sum(r.timed_out for r in graded),
-             "ungraded": len(rollouts) - len(graded), "ungraded_by": dict(collections.Counter(
-                 r.failure or "other" for r in rollouts if r.reward is None)),
-             "no_signal": no_signal,
-             "dropped_stale": len({s.rollout for s in stale}), "tokens": packed.tokens, "fill": packed.fill,
-             "shared_tokens": packed.shared_tokens,      # prompt tokens computed once for a whole group
-             "loss_tokens": packed.loss_tokens, "truncated": packed.truncated, "waiting": len(packed.waiting),
-             **losses, "step_time": t2 - t0, "wait_time": t1 - t0, "train_time": t2 - t1,
-             "sync_time": tr.sync_time, "in_flight": pool.running, "sessions": pool.limit,
-             "cpu_bound": pool.cpu_bound, "served": tr.served, "time": t2,
-             # the embedded server's decode K/V since the run started: rows it gave back to stay in its budget
-             # (--kv-cache), the most GiB it held
-             "kv_preempted": tr.server.engine.preemptions if tr.server else None,
-             "kv_peak_gb": tr.server.engine.kv_peak * tr.server.engine.kv_per_token / 2**30 if tr.server else None}
-        rundir.append_metrics(tr.run_dir, m)
-        return m
-    m = tr.last = await asyncio.to_thread(tr.optimize, packed, commit)
-    print(rundir.progress(m), flush=True)
-    tr.report(m)
+    line = metrics.of_step(metrics.Step(tr, pool, groups, rollouts, [r for r in rollouts if r.reward is not None],
+                                        packed, stale, no_signal)) | {"wait_time": time.time() - t0}
+    line = tr.last = await asyncio.to_thread(tr.optimize, packed, line)
+    print(metrics.progress(line), flush=True)
+    tr.report(line)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on
     if tr.version != tr.served:
         await tr.publish()
@@ -268,10 +110,10 @@ def check_world(cfg, world):
     """torchrun's process count against the run: one line saying what to launch instead."""
     if world == 1:
         return
-    names = [h for h in cfg["harness"].split(",") if h.strip()]
+    specs = [h for h in cfg["harness"].split(",") if h.strip()]
     launch = "torchrun --nproc-per-node"
-    if len(names) > 1:     # each adapter would need its own data-parallel group (parallel.py: one trained adapter)
-        raise SystemExit(f"train.py: under torchrun a run trains one harness, not {len(names)} ({cfg['harness']}): "
+    if len(specs) > 1:     # each adapter would need its own data-parallel group (parallel.py: one trained adapter)
+        raise SystemExit(f"train.py: under torchrun a run trains one harness, not {len(specs)} ({cfg['harness']}): "
                          "one torchrun per harness, or all of them in one process")
     if world > cfg["micro_batches"]:
         raise SystemExit(f"train.py: {world} processes for {cfg['micro_batches']} micro-batches a step: the extra "
@@ -287,14 +129,14 @@ def check_world(cfg, world):
                              f"({where}): {launch} {want}, or set --gpus / --train-gpus")
 
 
-def build(cfg, path, device, names):
+def build(cfg, path, device, specs):
     """Every rank: the frozen base, one Learner (adapter + optimizer) per harness, the model wrapped for data
     parallelism (parallel.wrap: DDP, or FSDP2 per --fsdp; nothing with one process)."""
     model, lock = checkpoint.load_model(path, device=device), threading.Lock()   # one forward/backward at a time on the base
     model.gradient_checkpointing = cfg["recompute"] == "on"            # activation checkpointing (--recompute)
     learners = [Learner(model, trainer_name(n), rank=cfg["rank"], alpha=cfg["alpha"], lr=cfg["lr"], lock=lock,
                         weight_decay=cfg["weight_decay"], grad_clip=cfg["grad_clip"], seed=cfg["seed"] + i,
-                        base=str(cfg["model"])) for i, n in enumerate(names)]
+                        base=str(cfg["model"])) for i, n in enumerate(specs)]
     mode = None
     if parallel.world() > 1:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -315,8 +157,8 @@ def follow(cfg, device):
         signal.signal(sig, signal.SIG_IGN)
     if not (path := parallel.broadcast(None)):     # rank 0's base; None: it stopped before training (finished, refused)
         return
-    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
-    parallel.follow(build(cfg, Path(path), device, names)[1])
+    specs = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    parallel.follow(build(cfg, Path(path), device, specs)[1])
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -347,7 +189,7 @@ async def open_dashboard(run_dir, host, port):
     with open(run_dir / "dashboard.log", "ab") as log:     # its errors; stdout: the one line with its URL
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(Path(__file__).with_name("dashboard.py")), str(run_dir), "--host", host, "--port",
-            str(port), stdout=asyncio.subprocess.PIPE, stderr=log, **SB.spawn_kw())
+            str(port), stdout=asyncio.subprocess.PIPE, stderr=log, **spawn_kw())
     line = (await proc.stdout.readline()).decode()
     if not line.startswith("dashboard http"):
         await proc.wait()
@@ -360,15 +202,15 @@ def open_run(cfg, resume):
     """The run folder, locked (one writer per run), and on --resume its checkpoint, read and judged before anything
     on disk changes: (run_dir, lock, checkpoint or None); None for the run folder when the run is already done."""
     run_dir = Path(cfg["runs"]) / cfg["run"] if not resume else Path(cfg["resume_dir"])
-    names = [trainer_name(h.strip()) for h in cfg["harness"].split(",") if h.strip()]
+    trainer_names = [trainer_name(h.strip()) for h in cfg["harness"].split(",") if h.strip()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:        # e.g. --run under a file, or a folder it may not write: one line, nothing started
         raise SystemExit(f"train.py: cannot make the run folder {run_dir} (--runs / --run): {e.strerror or e}")
     run_lock, st = rundir.lock(run_dir), None       # a second train.py on it is refused
     if resume:
-        st, where = rundir.read_checkpoint(run_dir, names)
-        at = {n: st["trainers"][n]["step"] for n in names}
+        st, where = rundir.read_checkpoint(run_dir, trainer_names)
+        at = {n: st["trainers"][n]["step"] for n in trainer_names}
         if all(s >= cfg["steps"] for s in at.values()):
             print(f"{run_dir} is finished ({', '.join(f'{n} step {s}' for n, s in at.items())} of {cfg['steps']}): "
                   f"nothing to do; --resume {run_dir} --steps N (N > {max(at.values())}) trains further", flush=True)
@@ -388,15 +230,15 @@ def training_tasks(cfg, run_dir, resume):
     (the training tasks, the held-out names)."""
     recorded = run_dir / "split.json"
     split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
-        T.split_manifest(T.load_tasks(cfg["suite"]), recipe.HOLDOUT, cfg["seed"])
-    tasks = T.load_tasks(cfg["suite"], split="train", manifest=split)
+        split_manifest(load_tasks(cfg["suite"]), recipe.HOLDOUT, cfg["seed"])
+    tasks = load_tasks(cfg["suite"], split="train", manifest=split)
     if not tasks:         # else the pools would wait for groups that never come
         raise ValueError(f"no training task in {cfg['suite']} under its split ({recorded})")
     recorded.write_text(json.dumps(split, indent=1))
     return tasks, split["eval"]
 
 
-def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
+def start_server(cfg, path, model, mode, device, specs, run_dir, kv_cache=0):
     """The run's one inference server (inference.start_server). On a CPU decoding and training split the cores (two
     pools both spanning every core oversubscribe it); vLLM holds the staleness window's versions; the embedded
     engine decodes from the trainers' base where it shares their device, else (its own GPU, or FSDP2's shards) from a
@@ -412,7 +254,7 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
     return inference.start_server(cfg["server"], path, name=str(cfg["model"]), context=cfg["context"], run_dir=run_dir,
                           model=checkpoint.load_model(path, device=serve_dev) if own else model, rank=cfg["rank"],
                           threads=max(1, (os.cpu_count() or 2) // 2) if device == "cpu" else None,
-                          max_loras=len(names) * grpo.live_versions(cfg["max_staleness"]), gpus=serve_on,
+                          max_loras=len(specs) * grpo.live_versions(cfg["max_staleness"]), gpus=serve_on,
                           memory=serve_on and memory,
                           api_key=os.environ.get("HARNESS_RL_API_KEY") or "new" if local else "new",
                           kv_cache=cfg["kv_cache"] or kv_cache)
@@ -421,13 +263,13 @@ def start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=0):
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
     fit: the run's pool.Fit (None: --sessions exactly). k: its index (its --proxy-port and --proxy-url)."""
-    tr.proxy = rollout.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
+    tr.proxy = proxy.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
     tr.learner.snap = parallel.call(tr.learner.snapshot)
     await tr.publish()
     await tr.proxy.start(port=cfg["proxy_port"] + k if cfg.get("proxy_port") else 0,
                          public=dict(enumerate((cfg.get("proxy_url") or "").split(","))).get(k))
-    pool = PL.RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
+    pool = RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
                          max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
                          context=cfg["context"], reward=recipe.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
                          rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False), fit=fit)
@@ -441,7 +283,7 @@ async def run(cfg, resume=False, kv=None):
     run_dir, run_lock, st = open_run(cfg, resume)
     if run_dir is None:
         return
-    names = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
+    specs = [h.strip() for h in cfg["harness"].split(",") if h.strip()]
     torch.manual_seed(cfg["seed"])
     random.seed(cfg["seed"])
     reporter = trackers.Reporter(cfg.get("report_to"), run_dir.name, cfg, run_dir)     # not installed: stops here
@@ -449,14 +291,14 @@ async def run(cfg, resume=False, kv=None):
         if cfg.get("dashboard") is not None else None
     # 2. The tasks, the harnesses and the sandbox: a refusal here leaves nothing running
     train_tasks, held_out = training_tasks(cfg, run_dir, resume)
-    for n in names:
+    for n in specs:
         await asyncio.to_thread(harnesses.get_harness(n.partition(":")[0]).install)
     sandbox, warning = harborenv.resolve_sandbox(cfg.get("sandbox") or "auto", train_tasks, proxy_url=cfg.get("proxy_url"),
-                                          trainers=len(names))
+                                          trainers=len(specs))
     if warning:
         print(warning, file=sys.stderr, flush=True)
     # 3. The base (a warm start's agentic base, built first: one for every harness of the run), the learners, the server
-    path = await asyncio.to_thread(warmstart.base_path, cfg, [n.partition(":")[0] for n in names], held_out)
+    path = await asyncio.to_thread(warmstart.base_path, cfg, [n.partition(":")[0] for n in specs], held_out)
     config = checkpoint.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
         kv = plan.check(cfg, config)
@@ -465,14 +307,14 @@ async def run(cfg, resume=False, kv=None):
     device = placement(cfg, 0)[3]
     parallel.broadcast(str(path))      # torchrun: the other ranks build the same model, adapters and optimizers now
     with parallel.lockstep("build"):   # its collectives (DDP / FSDP2 setup): a failure here cannot be told to them
-        model, learners, mode = build(cfg, path, device, names)
+        model, learners, mode = build(cfg, path, device, specs)
     if mode:
         print(f"torchrun: {parallel.world()} ranks, {mode.upper()}; rank 0 serves, drives the rollouts, writes the files",
               flush=True)
-    handle = start_server(cfg, path, model, mode, device, names, run_dir, kv_cache=kv)
+    handle = start_server(cfg, path, model, mode, device, specs, run_dir, kv_cache=kv)
     client = servers.Client(handle.url, handle.api_key)
     trainers = [Trainer(n, learner, cfg, run_dir, train_tasks, client, handle.server, reporter.log)
-                for n, learner in zip(names, learners)]
+                for n, learner in zip(specs, learners)]
     for t in trainers:
         t.base = str(path)
     if resume:
@@ -493,11 +335,11 @@ async def run(cfg, resume=False, kv=None):
               flush=True)
         # Fit reads the machine's CPU less this process's: vLLM's CPU build, a process of its own on the same cores,
         # would count as the rollouts' (a GPU vLLM's one busy core is within the budget's slack)
-        fit = PL.Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" and not (
+        fit = Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" and not (
             cfg["server"] == "vllm" and device == "cpu") else None
         for k, t in enumerate(trainers):
             pools.append(await start_pool(t, cfg, run_dir, sandbox, fit, k))
-        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(names)}, sandbox {sandbox}, server "
+        print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(specs)}, sandbox {sandbox}, server "
               f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
         async def loop_one(tr, pool):
@@ -584,7 +426,7 @@ def main(argv=None):
     error = None
     try:
         asyncio.run(run(cfg, resume=bool(args.resume), kv=kv))
-    except (checkpoint.CheckpointError, T.TaskError, rundir.ResumeError, RuntimeError, ValueError) as e:
+    except (checkpoint.CheckpointError, TaskError, rundir.ResumeError, RuntimeError, ValueError) as e:
         if not args.resume and not isinstance(e, rundir.RunInUse):     # refused before its first step: no empty run left
             rundir.remove_if_unstarted(Path(cfg["runs"]) / cfg["run"])
         error = f"train.py: {e}"

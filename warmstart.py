@@ -29,11 +29,11 @@ import torch
 import checkpoint
 import grpo
 import guard
-import harnesses as H
+from harnesses import get_harness
 import lora
 import oracle
 import rollout
-import tasks as T
+from tasks import load_tasks
 import tiny
 from chat import ChatFormat
 from learner import Learner
@@ -138,13 +138,13 @@ def read_demonstrations(paths, fmt, min_score=1.0, context=None):
 
 # ----------------------------------------------------------------------------- supervised fine-tuning
 
-def nll_loss(learner, net, mb, num_tokens):
+def nll_loss(learner, net, mb, totals):
     """Token-mean negative log-likelihood of the trained (assistant) tokens of one micro-batch, over the step's
     trained-token count (so a step's micro-batches sum to the step's mean)."""
     head = learner.model.lm_head
     ids, pos, tgt, mask = (x.to(head.weight.device) for x in (mb.input_ids, mb.position_ids, mb.targets, mb.mask))
     logp = grpo.token_logprobs(net(ids, pos, return_hidden=True), head.weight, tgt)
-    return -(logp * mask).sum() / num_tokens, {}
+    return -(logp * mask).sum() / totals.tokens, {}
 
 
 def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micro_batches, seed, grad_clip=1.0,
@@ -188,7 +188,7 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
         if packed.waiting:
             raise DemoError(f"{len(packed.waiting)} sequence(s) of a batch of {batch} do not fit --token-budget "
                             f"{token_budget}: lower --batch or raise --token-budget")
-        out_, norm = learner.update(packed.micro_batches, nll_loss, packed.loss_tokens)
+        out_, norm = learner.update(packed.micro_batches, nll_loss, packed.totals)
         loss = float(sum(x for x, _ in out_))
         losses.append(loss)
         log(f"sft step {step + 1:4d}/{steps} | loss {loss:.4f} | tokens {packed.tokens} (+{packed.shared_tokens} "
@@ -227,7 +227,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     harness = harnesses[0] if len(harnesses) == 1 else harnesses      # one harness: the key it always had
     samples = max(1, round(warm["samples"] / len(harnesses)))
     held_out = set(held_out)
-    tasks = [t for t in T.load_tasks(warm["suite"]) if t.name not in held_out]
+    tasks = [t for t in load_tasks(warm["suite"]) if t.name not in held_out]
     if not tasks:
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
@@ -247,7 +247,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     try:
         rollouts = []
         for h in harnesses:      # one after another: each harness's sessions get the whole machine
-            rollouts += asyncio.run(oracle.record(tasks, H.get_harness(h), fmt, work / h, samples=samples,
+            rollouts += asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
                                              sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                              waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
                                              cheat=warm.get("cheat", 0.0)))

@@ -9,7 +9,7 @@ path (the default) and, with --attention sdpa,flex, the fused flex_attention one
     torchrun --nproc-per-node 2 bench/gpu.py --parallel --smoke     # CPU (gloo), a tiny shape: the script runs
 
 --parallel (under torchrun): the step as train.py runs it on N ranks - parallel.wrap (DDP, then FSDP2), the
-micro-batches split across ranks (parallel.train_step), gradients summed - one row per mode, step time of the
+micro-batches split across ranks (parallel.optimizer_step), gradients summed - one row per mode, step time of the
 slowest rank, tokens/s of the whole step, peak memory of rank 0. The step's tokens are the same as one
 process's: at 2 ranks each does half.
 
@@ -159,12 +159,12 @@ def main():
     print("first s: the first (warm-up) step, compilation included; step s: the median of the steps after it")
 
 def loss_fn(model, packed, dev):
-    """parallel.train_step's loss_fn: the forward through `net` (wrapped or not), the loss over the step."""
+    """parallel.optimizer_step's loss_fn: the forward through `net` (wrapped or not), the loss over the step."""
     def f(net, mb):
         h = net(mb.input_ids.to(dev), mb.position_ids.to(dev), return_hidden=True)
         logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets.to(dev))
         return grpo.grpo_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mb.mask.to(dev),
-                           num_tokens=packed.loss_tokens, **loss_settings(SHARED))
+                           totals=packed.totals, **loss_settings(SHARED))
     return f
 
 
@@ -215,7 +215,7 @@ def parallel(args, cfg, dev, packed, where):
             if mode is None:
                 t = timed(args.steps, dev, lambda: plain_step(net, opt, params, packed, dev), across=False)
             else:
-                t = timed(args.steps, dev, lambda: P.train_step(net, opt, params, packed.micro_batches,
+                t = timed(args.steps, dev, lambda: P.optimizer_step(net, opt, params, packed.micro_batches,
                                                                loss_fn(model, packed, dev), 1.0))
             rows.append((mode or "one process", 1 if mode is None else world, t, peak(dev)))
             del net, params, opt, model

@@ -217,7 +217,7 @@ def bench_tree(args):
                             h = model(dev(mb.input_ids), dev(mb.position_ids), return_hidden=True)
                             logp = grpo.token_logprobs(h, model.lm_head.weight, dev(mb.targets))
                             loss, _ = grpo.grpo_loss(logp, dev(mb.old_logp), dev(mb.advantages), dev(mb.mask),
-                                                  num_tokens=p.loss_tokens, **loss_settings(SHARED))
+                                                  totals=p.totals, **loss_settings(SHARED))
                             loss.backward()
                         if args.device.startswith("cuda"):
                             torch.cuda.synchronize()

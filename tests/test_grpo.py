@@ -16,16 +16,19 @@ from recipe import SHARED
 
 # ----------------------------------------------------------------------------- rewards, advantages
 
+REWARD = dict(bonus=0.1, scale=15, blocked_reward=0.0)
+
+
 def test_shaped_reward_bonus_only_on_full_pass():
-    assert grpo.shaped_reward(1.0, 3, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
-    assert grpo.shaped_reward(1.0, 30, False, 0.1, 15) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
-    assert grpo.shaped_reward(0.5, 1, False, 0.1, 15) == 0.5
-    assert grpo.shaped_reward(0.0, 0, False, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(1.0, 3, 0, **REWARD) == pytest.approx(1 + 0.1 * (1 - 3 / 15))
+    assert grpo.shaped_reward(1.0, 30, 0, **REWARD) == pytest.approx(1 + 0.1 * (1 - 2))   # many calls: below 1
+    assert grpo.shaped_reward(0.5, 1, 0, **REWARD) == 0.5
+    assert grpo.shaped_reward(0.0, 0, 0, **REWARD) == 0.0
 
 
 def test_shaped_reward_guard_flag_zeroes_and_ungraded_stays_none():
-    assert grpo.shaped_reward(1.0, 2, True, 0.1, 15) == 0.0
-    assert grpo.shaped_reward(None, 2, True, 0.1, 15) is None
+    assert grpo.shaped_reward(1.0, 2, 1, **REWARD) == 0.0
+    assert grpo.shaped_reward(None, 2, 1, **REWARD) is None
 
 
 def test_group_advantages_match_hand_computation_and_skip_ungraded():
@@ -240,7 +243,7 @@ def _loss_and_grads(model, params, packed):
     for mb in packed.micro_batches:
         h = model(mb.input_ids, mb.position_ids, return_hidden=True)
         logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets, temperature=0.7)
-        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
+        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, totals=packed.totals)
         loss.backward()
         total += loss.item()
     return total, [p.grad.clone() for p in params]
@@ -409,28 +412,27 @@ def test_step_token_mean_over_micro_batches_equals_one_batch(objective):
     full, _ = grpo_loss(logp, old, adv, mask, objective=objective)
     (g_full,) = torch.autograd.grad(full, logp)
     n = mask.sum()
-    parts = [grpo_loss(logp[s], old[s], adv[s], mask[s], num_tokens=n, objective=objective)[0]
+    parts = [grpo_loss(logp[s], old[s], adv[s], mask[s], totals=grpo.Totals(int(n)), objective=objective)[0]
              for s in (slice(0, 4), slice(4, 10))]
     (g_acc,) = torch.autograd.grad(sum(parts), logp)
     assert torch.allclose(sum(parts), full) and torch.allclose(g_acc, g_full)
 
 
 def test_rollout_reduction_weighs_every_rollout_once_whatever_its_length():
-    """--reduce rollout: the step's token-mean over packed rows, with per_rollout's advantages, is GRPO's
-    (1/N) sum_i (1/L_i) sum_t: the gradient on a token of rollout i is -A_i / (N * L_i) (on-policy tis, by hand).
-    Rollout "a" spans two sequences (a re-rendered history): its L counts both."""
+    """--reduce rollout over packed rows is GRPO's (1/N) sum_i (1/L_i) sum_t: the gradient on a token of rollout i
+    is -A_i / (N * L_i) (on-policy tis, by hand). Rollout "a" spans two sequences (a re-rendered history): its L
+    counts both."""
     def seq(n_prompt, n_gen, adv, rollout):
         return grpo.Sequence(list(range(1, n_prompt + n_gen + 1)), [0] * n_prompt + [1] * n_gen,
                           [0.0] * n_prompt + [-0.5] * n_gen, adv, 0, rollout)
     seqs = [seq(3, 10, 1.5, "a"), seq(5, 30, 1.5, "a"), seq(4, 8, -0.5, "b"), seq(2, 200, -0.4, "c")]
     length = {"a": 40, "b": 8, "c": 200}
-    out = grpo.per_rollout(seqs)
-    assert [s.advantage for s in seqs] == [1.5, 1.5, -0.5, -0.4]           # inputs untouched
-    packed = grpo.pack(out, 10_000, 2)
+    packed = grpo.pack(seqs, 10_000, 2)
     grads, want = [], []
     for mb in packed.micro_batches:
         logp = mb.old_logp.clone().requires_grad_(True)
-        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, objective="tis")
+        loss, _ = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, totals=packed.totals, objective="tis",
+                            reduce="rollout", rollout_tokens=mb.rollout_tokens)
         (g,) = torch.autograd.grad(loss, logp)
         grads += g[mb.mask.bool()].tolist()
     for s in seqs:

@@ -53,7 +53,7 @@ def test_grpo_raises_a_verifiable_reward(tmp_path):
         for mb in packed.micro_batches:
             h = model(mb.input_ids, mb.position_ids, return_hidden=True)
             logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets)
-            loss, stats = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens)
+            loss, stats = grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, totals=packed.totals)
             loss.backward()
         opt.step()
     start, end = sum(history[:3]) / 3, sum(history[-3:]) / 3

@@ -73,8 +73,8 @@ def train(ckpt, mode, micro_batches, dtype=F32):
         def loss_fn(m, mb):
             h = m(mb.input_ids, mb.position_ids, return_hidden=True)
             logp = grpo.token_logprobs(h, model.lm_head.weight, mb.targets)
-            return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, num_tokens=packed.loss_tokens, **LOSS)
-        _, norm = parallel.train_step(net, opt, params, packed.micro_batches, loss_fn, grad_clip=1.0)
+            return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.mask, totals=packed.totals, **LOSS)
+        _, norm = parallel.optimizer_step(net, opt, params, packed.micro_batches, loss_fn, grad_clip=1.0)
         norms.append(norm)
     # a checkpoint as train.py writes it (whole tensors, by parameter index), and loaded back: a no-op
     saved = parallel.whole({"params": [p.detach() for p in params], "opt": opt.state_dict()})

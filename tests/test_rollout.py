@@ -174,7 +174,7 @@ def test_reward_hacking_call_is_blocked_noted_and_zeroed(tmp_path, name):
     r = asyncio.run(one(tmp_path, name, up))
     assert r.blocked and len(r.verdicts) == 1 and r.verdicts[0]["rule"] == "reward-hacking"
     assert r.tool_calls == 2 and r.score == 1.0                          # solved, but blocked: reward 0
-    assert grpo.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(r.score, r.tool_calls, len(r.verdicts), bonus=0.1, scale=15, blocked_reward=0.0) == 0.0
     note = r.verdicts[0]["note"]
     later = [m for q in up.requests[1:] for m in q["messages"] if m.get("role") == "assistant"]
     assert any(note in json.dumps(m.get("content")) for m in later), "the note did not reach the harness"
@@ -629,7 +629,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     assert rules == ["answer-lookup"] * 3 + ["test-editing"], r.verdicts
     assert (box / r.id / "work" / "test_answer.py").read_text() == VISIBLE_TEST
     assert ORACLE not in json.dumps([q["messages"] for q in up.requests])
-    assert grpo.shaped_reward(r.score, r.tool_calls, r.blocked, 0.1, 15) == 0.0
+    assert grpo.shaped_reward(r.score, r.tool_calls, len(r.verdicts), bonus=0.1, scale=15, blocked_reward=0.0) == 0.0
     saved = tmp_path / "rollouts" / name / "0" / f"{r.id}.json"          # the post-hoc scan, from the ATIF alone
     saved.parent.mkdir(parents=True)
     saved.write_text(json.dumps(rollout.to_atif(r)))

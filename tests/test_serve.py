@@ -817,7 +817,7 @@ def test_client_sends_again_when_the_server_drops_the_connection_before_replying
 
 
 def test_a_long_prompt_prefills_in_chunks_while_the_batch_decodes(env):
-    """Chunked prefill (issue 42): a 300-token prompt goes in 8-token chunks with decode steps of the running row
+    """Chunked prefill: a 300-token prompt goes in 8-token chunks with decode steps of the running row
     between them (that row keeps streaming), a prompt that shares a stored one's start continues from it in
     chunks too, and every reply's logprobs are a fresh forward's over its whole sequence."""
     model, e = _bare_engine(env["ckpt"], env["fmt"], prefill_chunk=8)

@@ -1,6 +1,6 @@
-"""The shape of the code (design.md, issues 17 and 32): flat files of at most 600 lines, each with a header docstring,
-imports that only go one way (no circle, no import of an entry point, inside a function too), the recipe's numbers passed down instead of repeated as defaults, every flag
-documented with its default."""
+"""The shape of the code: flat files of at most 600 lines, each with a header docstring, imports that only go one way
+(no circle, no import of an entry point, inside a function too), the recipe's numbers passed down instead of repeated
+as defaults, every flag documented with its default."""
 import argparse
 import ast
 import inspect
@@ -86,7 +86,7 @@ def test_the_recipe_numbers_are_arguments_not_defaults():
                pool.RolloutPool.__init__: ("max_sessions", "group_size", "max_tokens", "context"),
                lora.add_lora: ("rank", "alpha")}
     numbers.update({type(h).prepare: ("max_tokens", "context") for h in harnesses.HARNESSES.values()})
-    numbers.update({o.fn: o.knobs for o in grpo.LOSSES.values()})       # tis_cap, eps_low, eps_high, ratio_cap
+    numbers.update({o.fn: o.knobs for o in (*grpo.OBJECTIVES.values(), *grpo.REDUCTIONS.values())})   # tis_cap, ...
     for fn, names in numbers.items():
         params = inspect.signature(fn).parameters
         for n in names:
@@ -121,3 +121,11 @@ def test_every_flag_has_help_and_says_its_default(cli):
     if cli == "train":      # every number of the table has a flag
         flags = {a.dest for a in ap._actions}
         assert set(recipe.SHARED) | set(recipe.RECIPES["LFM3-1.7B"]) <= flags
+
+
+def test_the_docs_column_list_is_the_metrics_table():
+    """docs/main-job.md lists what `python metrics.py` prints: a metric added as a row shows there once regenerated."""
+    import metrics
+    doc = (ROOT / "docs" / "main-job.md").read_text()
+    listed = doc.split("<!-- metrics.py: begin -->\n")[1].split("\n<!-- metrics.py: end -->")[0]
+    assert listed == metrics.columns(), "docs/main-job.md: run `python metrics.py --docs`"

@@ -346,6 +346,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
 
     import checkpoint
     import rollout
+    from proxy import Proxy
     import inference
     import servers
 
@@ -369,7 +370,7 @@ def test_publishing_while_48_sessions_run_never_loses_a_request(tmp_path):
         client = servers.Client(handle.url, handle.api_key)
         trainers = trainers_on(model, cfg, ["mini", "mini:b"], tmp_path, ["t"], client, srv)
         for t in trainers:
-            t.proxy = rollout.Proxy(client, t.adapter, {"max_tokens": 3})
+            t.proxy = Proxy(client, t.adapter, {"max_tokens": 3})
             t.learner.snap = t.learner.snapshot()
             await t.publish()
             await t.proxy.start()
@@ -437,12 +438,13 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
     import train
     write_length_suite(tmp_path / "suite")
     seen = []
-    real = grpo.group_advantages
+    real = grpo.ESTIMATORS["group"]
 
-    def spy(rewards, *a, **k):                  # observe what the step computes advantages from
-        seen.append(list(rewards))
-        return real(rewards, *a, **k)
-    monkeypatch.setattr(grpo, "group_advantages", spy)
+    def spy(groups):       # observe what the step computes advantages from (not collection's look at each group)
+        if sys._getframe(1).f_code.co_name == "train_step":
+            seen.extend(list(rewards) for rewards in groups)
+        return real(groups)
+    monkeypatch.setitem(grpo.ESTIMATORS, "group", spy)
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     cfg = recipe.effective_config(train.parse_args([
         "--model", "tiny", *RAW, "--suite", str(tmp_path / "suite"), "--bonus", "0.3", "--steps", "2", "--sessions", "16",
@@ -451,7 +453,8 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "r"
     atif = [json.loads(f.read_text())["extra"] for f in (run / "rollouts").rglob("*.json")]
     for x in atif:
-        assert x["reward"] == pytest.approx(grpo.shaped_reward(x["score"], x["tool_calls"], bool(x["verdicts"]), 0.3, 15))
+        assert x["reward"] == pytest.approx(grpo.shaped_reward(x["score"], x["tool_calls"], len(x["verdicts"]),
+                                                               bonus=0.3, scale=15, blocked_reward=0.0))
     assert any(x["reward"] == pytest.approx(1.3) for x in atif)           # the bonus really is 0.3
     by_group = {}
     for x in atif:
@@ -478,7 +481,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
     seq = grpo.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
     packed = grpo.pack([seq], 4096, 1)
-    first = tr.optimize(packed, lambda st: st)
+    first = tr.optimize(packed, {"wait_time": 0.0})
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)        # B = 0: the adapter is the base model
     with torch.no_grad():
         for p in tr.learner.params:
@@ -490,7 +493,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
         pol = grpo.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
         d = (ref - pol)[mb.mask.bool()]
         want = (torch.exp(d) - d - 1).mean().item()
-    second = tr.optimize(packed, lambda st: st)
+    second = tr.optimize(packed, {"wait_time": 0.0})
     assert want > 1e-4 and second["kl"] == pytest.approx(want, rel=1e-4)
 
 
@@ -793,14 +796,15 @@ INJECT = '''import os, sys
 sys.path.insert(0, {root!r})
 sys.argv[0] = {root!r} + "/train.py"
 import train
-real = train.policy_loss
-def loss(learner, net, mb, num_tokens, **settings):     # every rank has it: rank 0 sends the loss by reference
+import trainer
+real = trainer.policy_loss
+def loss(learner, net, mb, totals, **settings):     # every rank has it: rank 0 sends the loss by reference
     # rank 0 only: the others are inside the step's collectives when it fails (every step of the length suite
     # trains: version = step)
     if os.environ["RANK"] == "0" and learner.version + 1 == 2:
         raise RuntimeError("injected: out of memory on rank 0 at step 2")
-    return real(learner, net, mb, num_tokens, **settings)
-train.policy_loss = loss
+    return real(learner, net, mb, totals, **settings)
+trainer.policy_loss = loss
 train.main()
 '''
 
@@ -833,7 +837,7 @@ def test_torchrun_rank_0_failing_mid_step_stops_the_job_not_hangs(tmp_path, env,
 
 
 def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch):
-    """The tweak map (README, "Forking it"): a loss registered in grpo.LOSSES and an advantage estimator in
+    """The tweak map (README, "Forking it"): a loss registered in grpo.OBJECTIVES and an advantage estimator in
     grpo.ESTIMATORS, from here, are all a run needs - the flags take their names, the help lists the loss, the step
     trains with both (each called, on every group) and the metrics line carries the loss's own stat."""
     import asyncio
@@ -861,7 +865,7 @@ def test_a_new_loss_and_a_new_estimator_are_each_one_place(tmp_path, monkeypatch
             recipe.effective_config(train.parse_args(["--model", "tiny", "--loss", "nope"]))
         asyncio.run(train.run(recipe.effective_config(args)))
     finally:
-        del grpo.LOSSES["reinforce"], grpo.ESTIMATORS["batch-mean"]
+        del grpo.OBJECTIVES["reinforce"], grpo.ESTIMATORS["batch-mean"]
     ms = metrics(tmp_path / "runs" / "r")
     assert [m["step"] for m in ms] == [1, 2] and calls["loss"] >= 1 and calls["groups"] >= 4
     trained = [m for m in ms if m["grad_norm"] is not None]

@@ -244,8 +244,8 @@ def test_sft_steps_take_their_demonstrations_from_one_group_in_turn(tmp_path, lf
                          max_tokens=128, context=4096, waste=0))
     demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
     label = {d.file: json.loads(Path(d.file).read_text())["extra"]["task"] for d in demos}
-    packed, pack = [], warmstart.G.pack
-    monkeypatch.setattr(warmstart.G, "pack", lambda seqs, *a, **k: packed.append({label[s.rollout] for s in seqs}) or
+    packed, pack = [], warmstart.grpo.pack
+    monkeypatch.setattr(warmstart.grpo, "pack", lambda seqs, *a, **k: packed.append({label[s.rollout] for s in seqs}) or
                         pack(seqs, *a, **k))
     warmstart.train(lfm3, demos, tmp_path / "sft", rank=4, alpha=8, lr=1e-3, steps=4, batch=2, token_budget=16384,
             micro_batches=2, seed=0, groups=[label[d.file] for d in demos], log=lambda s: None)
