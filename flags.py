@@ -90,7 +90,7 @@ KNOBS = {
                   "(HOLDOUT) are never trained on"),
     "stall_timeout": Knob("stop, saying why, when no graded group arrived for this many seconds",
                           _num(0, lo_open=True), resume=True),
-    "guard": Knob("on: the guard checks every tool call and zeroes a rollout it blocks; off: the ablation (guard.py "
+    "guard": Knob("on: the guard checks every tool call, a rollout it blocks gets --blocked-reward; off: the ablation (guard.py "
                   "scan finds the calls it would have blocked)", _one_of("on", "off")),
     "gpus": Knob("GPUs to use: vLLM serves on half (tensor parallel), the embedded server on one; the rest train "
                  "(torchrun, one rank each); 0: one GPU if there is one, shared; see --server-gpus", _int(0),

@@ -49,13 +49,14 @@ def group_advantages(rewards, eps=1e-6):
 
 def varied(rewards):
     """Whether a group's graded rewards differ (two or more graded, not all equal): what any baseline needs to
-    give the group a gradient. The step collects groups by it, before any estimator runs."""
+    give the group a gradient (the estimators here give a group without it no advantage)."""
     graded = [r for r in rewards if r is not None]
     return len(graded) >= 2 and max(graded) - min(graded) >= 1e-9
 
 
 # Advantage estimators, by name (--advantage): the step's groups' rewards (None = ungraded) -> an advantage per
-# rollout, None where it trains on nothing. Run once over the whole batch: a batch-level baseline fits too.
+# rollout, None where it trains on nothing. Run over the whole batch once collected (a batch-level baseline fits);
+# collection also asks it about each group alone, whether it gives that group any advantage (its signal).
 ESTIMATORS = {}
 
 
@@ -121,7 +122,7 @@ def build_sequences(turns, advantage, rollout="", start_version=None) -> list:
 
 def is_stale(version, current_version, max_staleness):
     """The staleness window, in one place: `version` is outside it when more than `max_staleness` behind. Used by
-    drop_stale, train.Trainer.publish (unloading) and live_versions (the server's adapter slots)."""
+    drop_stale, trainer.Trainer.publish (unloading) and live_versions (the server's adapter slots)."""
     return current_version - version > max_staleness
 
 
@@ -433,7 +434,7 @@ def token_mean(per_token, mask, totals, rollout_tokens):
     return (per_token * mask).sum() / max(totals.tokens, 1)
 
 
-@reduction("rollout", help="every rollout once, its tokens averaged (GRPO's 1/|o|)")
+@reduction("rollout", help="every rollout once, its tokens averaged (GRPO's 1/|o|)")   # its tokens in this step
 def rollout_mean(per_token, mask, totals, rollout_tokens):
     return (per_token * mask / rollout_tokens.clamp(min=1)).sum() / max(totals.rollouts, 1)
 

@@ -30,6 +30,8 @@ class Step:
     packed: object              # grpo.Packed
     stale: list                 # sequences dropped as stale
     no_signal: int              # groups without signal
+    started: float = 0.0        # time.time() when the step began
+    trained: float = 0.0        # ... and when its training began (after collection and packing)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Metric:
     fmt: object = "{}"          # its format there: a format string, or (value, line) -> text (None: left out)
     chart: str = ""             # the dashboard chart it is a series of (CHARTS; "" = none); a dict value: a series each
     doc: str = ""               # what it means
-    of: object = None           # Step -> value; None: the step's own (the loss's stats, the times)
+    of: object = None           # Step -> value, read once the update is done; None: the loss's stats, the times
 
 
 def _engine(s):
@@ -99,7 +101,8 @@ METRICS = [
     Metric("fresh_tokens", doc="trained tokens sampled by the trained version"),
     Metric("grad_norm", doc="gradient norm before clipping (None: nothing trained)"),
     Metric("step_time", "|", "{:.1f}s", doc="the step's seconds: waiting for groups + training"),
-    Metric("wait_time", "wait", "{:.1f}", "time", "seconds waiting for finished groups"),
+    Metric("wait_time", "wait", "{:.1f}", "time", "seconds waiting for finished groups",
+           lambda s: s.trained - s.started),
     Metric("train_time", "train", "{:.1f}", "time", "seconds of forward/backward/AdamW"),
     Metric("sync_time", "sync", "{:.2f}", "time", "seconds publishing the previous version (not part of the step)",
            lambda s: s.trainer.sync_time),
@@ -161,8 +164,9 @@ def charts():
 
 def columns():
     """docs/main-job.md's column list (markdown), from the table."""
-    rows = [f"| `{m.key}` | {m.label.removeprefix('|').strip() or '-'} | {m.chart or '-'} | {m.doc.replace('|', '&#124;')} |"
-            for m in METRICS]
+    def shown(m):           # its label on the line; "(its value)" for one printed without a label
+        return (m.label.removeprefix("|").strip() or "(its value)") if m.label or callable(m.fmt) else "-"
+    rows = [f"| `{m.key}` | {shown(m)} | {m.chart or '-'} | {m.doc.replace('|', '&#124;')} |" for m in METRICS]
     return "\n".join(["| key | progress line | chart | meaning |", "|---|---|---|---|", *rows])
 
 

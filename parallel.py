@@ -1,8 +1,9 @@
 """Data-parallel LoRA training on torch.distributed: N processes compute exactly the update one process does.
 
-Each rank holds the same base and adapter and trains its `shard` of a step's micro-batches. The loss is divided by the
-step's *global* trained-token count, so gradients are summed over ranks (DDP's and FSDP2's default mean is switched
-off). Every rank runs as many forward/backward passes as the others, since each enters collectives. Rank 0 drives:
+Each rank holds the same base and adapter and trains its `shard` of a step's micro-batches. The loss is reduced over
+the step's *global* counts (grpo.Totals: e.g. its trained tokens), so gradients are summed over ranks (DDP's and
+FSDP2's default mean is switched off). Every rank runs as many forward/backward passes as the others, since each
+enters collectives. Rank 0 drives:
 `call(learner.update, *args)` runs it on every rank, the others waiting in `follow`. A checkpoint is the same file at
 any world size (`whole` / `load_whole`).
 
@@ -250,7 +251,7 @@ def _sync(model, last):
 
 def optimizer_step(model, opt, params, micro_batches, loss_fn, grad_clip, alone=False):
     """One optimizer step, this rank taking its `shard` of the step's micro-batches (the same list on every rank);
-    every rank must call it. loss_fn(model, mb) -> (loss / the step's global trained-token count, stats). Returns
+    every rank must call it. loss_fn(model, mb) -> (its share of the step's loss, over the step's global counts, stats). Returns
     ([(loss, stats) per own micro-batch], global grad norm before clipping, or None: no micro-batch, nothing changed).
     alone: the whole step in this process (a model not wrapped for the other ranks)."""
     rank, world = (0, 1) if alone else _rank_world()

@@ -5,7 +5,7 @@
 
 Each rollout has its own base URL `/r/<id>/v1` and secret. A request goes to the server with the adapter of the
 moment, the run's temperature and top_p, the lower of the harness's max_tokens and the run's, and token ids and
-logprobs asked for; every tool call in the answer passes the guard (a blocked one becomes a text note, reward 0);
+logprobs asked for; every tool call in the answer passes the guard (a blocked one becomes a text note; the reward says what that costs);
 each turn is recorded as a rollout.Turn exactly as the server returned it (requests without tools are answered, not
 trained on). A failed request, or a reply without token ids or a logprob per token, is the server's fault: the
 rollout is ungraded; a prompt over the model's context ends the session, graded. An agent in its own network

@@ -31,7 +31,7 @@ SHARED = dict(
     temperature=1.0, top_p=1.0, max_tokens=4096, context=131072,
     save_every=10, seed=0, harness="pi", server="vllm", suite="repo2rl,smoldata",   # the recipe's two sources
     stall_timeout=3600,                 # seconds without a graded group before the run stops
-    guard="on",                         # off: the ablation (no call checked, no rollout zeroed; guard.py scan after)
+    guard="on",                         # off: the ablation (no call checked or blocked; guard.py scan after)
     fit="on",                           # fewer sessions than asked while cores or memory cannot run them (pool.Fit)
     gpus=0, gpu_memory=0.9,             # GPUs the run uses (0: CPU, or one GPU shared); vLLM's share of its own
     kv_cache=0.0,                       # GiB of K/V for the embedded server's decode batch (0: engine.kv_budget)

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ class Rollout:
     tools: list | None = None
     tool_calls: int = 0
     verdicts: list = field(default_factory=list)     # {"call", "rule", "note"} of every blocked call
-    blocked = property(lambda self: bool(self.verdicts))     # the guard blocked a call: its reward is 0
+    blocked = property(lambda self: bool(self.verdicts))     # the guard blocked one of its calls
     aux_requests: int = 0
     final_message: str = ""            # the model's last answer (graded by tasks that read AGENT_OUTPUT)
     errors: list = field(default_factory=list)       # infrastructure failures: make the rollout ungraded
@@ -108,7 +109,8 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
     root = Path(root).resolve()           # absolute: bwrap mounts and the guard judge real paths
     box = root / r.id
     work, home, tmp = box / "work", box / "home", box / "tmp"
-    proc = socket_server = bounds = container = harbor = verifying = None
+    proc = socket_server = bounds = container = harbor = None
+    abandoned = threading.Event()       # set once this rollout is over: a verifier thread still running cleans up
     if sandbox == "auto":
         sandbox = SB.resolve_sandbox("auto")[0]
     r.started = time.time()
@@ -202,11 +204,15 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
             r.score, r.reason = None, r.errors[0]
         elif harbor is not None:
             res = await harbor.verify(out)
-        else:       # a thread: cancelled, it runs on and writes its work dir again - removed when it ends (finally)
-            verifying = asyncio.ensure_future(
-                asyncio.to_thread(containers.verify, r.task, container, out) if container is not None else
-                asyncio.to_thread(taskenv.verify, r.task, work, agent_output=out, sandbox=sandbox, hide=[root]))
-            res = await asyncio.shield(verifying)
+        else:
+            def grade():    # a thread: cancelled (at shutdown) it runs on, so it removes what it wrote itself
+                try:
+                    return containers.verify(r.task, container, out) if container is not None else \
+                        taskenv.verify(r.task, work, agent_output=out, sandbox=sandbox, hide=[root])
+                finally:
+                    if abandoned.is_set() and not keep:
+                        SB.rmtree(box)
+            res = await asyncio.to_thread(grade)
         if not r.errors:
             r.score, r.reason = res.score, (f"{cut} (graded as left): " if stopped else "") + res.reason
             if res.score is None:
@@ -231,10 +237,9 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
             await asyncio.to_thread(container.close)
         if harbor is not None:
             await harbor.close()
+        abandoned.set()
         if not keep:
             SB.rmtree(box)
-            if verifying is not None and not verifying.done():
-                verifying.add_done_callback(lambda f: (f.cancelled() or f.exception(), SB.rmtree(box)))
         if bounds is not None:          # last: a cancel arriving in this await must not skip the cleanup above
             await asyncio.to_thread(bounds.close)
     return r

@@ -78,12 +78,12 @@ async def train_step(tr: Trainer, pool: RolloutPool, stop: asyncio.Event, everyo
     # 5. Pack into <= 4 padding-free micro-batches under the budget; what does not fit leads the next step
     packed = grpo.pack(seqs, cfg["token_budget"], cfg["micro_batches"])
     tr.queue = packed.waiting
-    # 6. The metrics the step computes (metrics.METRICS), then forward/backward + AdamW in a worker thread
-    #    (Trainer.optimize -> learner.update -> learner.policy_loss -> grpo.grpo_loss): the line gets the loss's stats
+    # 6. Forward/backward + AdamW in a worker thread (Trainer.optimize -> learner.update -> learner.policy_loss ->
+    #    grpo.grpo_loss), then the metrics line: metrics.METRICS over what the step saw, with the loss's stats
     rollouts = [r for g in groups for r in g.rollouts]
-    line = metrics.of_step(metrics.Step(tr, pool, groups, rollouts, [r for r in rollouts if r.reward is not None],
-                                        packed, stale, no_signal)) | {"wait_time": time.time() - t0}
-    line = tr.last = await asyncio.to_thread(tr.optimize, packed, line)
+    step = metrics.Step(tr, pool, groups, rollouts, [r for r in rollouts if r.reward is not None], packed, stale,
+                        no_signal, started=t0, trained=time.time())
+    line = tr.last = await asyncio.to_thread(tr.optimize, packed, step)
     print(metrics.progress(line), flush=True)
     tr.report(line)
     # 7. Publish the new version (if the step changed the weights): new requests use it from now on

@@ -3,7 +3,7 @@ are not the algorithm: collecting finished groups from its rollout pool and the 
 
     tr = Trainer("pi", learner, cfg, run_dir, tasks, client, server)
     groups = await tr.collect(pool, stop)         # then train.train_step: advantages, sequences, packing
-    line = tr.optimize(packed, line)              # learner.update -> learner.policy_loss -> grpo.grpo_loss; step + 1
+    line = tr.optimize(packed, step)              # learner.update -> learner.policy_loss -> grpo.grpo_loss; step + 1
 
 Left out: the step's order and the algorithm (train.train_step, grpo.py), the run around it (train.py), the
 rollouts (pool.py, rollout.py), the update's mechanics (learner.py, parallel.py).
@@ -24,6 +24,7 @@ import grpo
 import harnesses
 import hub
 import lora
+import metrics
 import parallel
 import recipe
 import rundir
@@ -135,12 +136,11 @@ class Trainer:
                 full = grpo.fills(sequences, cfg["token_budget"], cfg["micro_batches"])
         return groups
 
-    def optimize(self, packed, line):
-        """The step's update (the learner's, on every rank: learner.policy_loss) and its metrics line: `step`
-        advances and the line (the loss's stats and times added) is written under the lock a checkpoint snapshot
-        takes, so a checkpoint never holds new weights without their step. Runs in a worker thread while the server
-        keeps decoding. Returns the line."""
-        t0 = time.time()
+    def optimize(self, packed, step):
+        """The step's update (the learner's, on every rank: learner.policy_loss) and its metrics line (metrics.py's
+        rows over `step`, a metrics.Step, with the loss's stats and the times): `step` advances and the line is
+        written under the lock a checkpoint snapshot takes, so a checkpoint never holds new weights without their
+        step. Runs in a worker thread while the server keeps decoding. Returns the line."""
         if self.learner.model.device.type == "cpu" and self.server is not None:    # the engine has the other half
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - (self.server.engine.threads or 0)))
         with self.learner.lock:
@@ -153,9 +153,9 @@ class Trainer:
             for x, st in out:
                 stats.add(x, st)
             self.step += 1
-            t1 = time.time()
-            line.update(stats.means(), grad_norm=grad_norm, step=self.step, version=self.version, train_time=t1 - t0,
-                        step_time=line["wait_time"] + t1 - t0, time=t1)
+            t = time.time()
+            line = metrics.of_step(step) | stats.means() | {
+                "grad_norm": grad_norm, "train_time": t - step.trained, "step_time": t - step.started, "time": t}
             rundir.append_metrics(self.run_dir, line)
             return line
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import harnesses  # noqa: E402
 import oracle  # noqa: E402
-import sandbox as SB  # noqa: E402
+from sandbox import SANDBOXES  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
 
@@ -44,7 +44,7 @@ def pays(result):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harnesses", default="mini,pi", help="comma-separated (default mini,pi)")
-    ap.add_argument("--sandbox", default="auto", choices=SB.SANDBOXES + ("harbor:docker",))
+    ap.add_argument("--sandbox", default="auto", choices=SANDBOXES + ("harbor:docker",))
     ap.add_argument("--only", help="attack ids, comma-separated")
     a = ap.parse_args(argv)
     attacks = [x for x in ATTACKS if not a.only or x["id"] in a.only.split(",")]

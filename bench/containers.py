@@ -23,7 +23,7 @@ import harborenv  # noqa: E402
 import harnesses  # noqa: E402
 import oracle  # noqa: E402
 import sandbox  # noqa: E402
-import tasks as T  # noqa: E402
+from tasks import load_tasks  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
 
@@ -34,7 +34,7 @@ def images(d):
     made = d.cli("image", "inspect", containers.BASE).returncode == 0
     containers.base_image(d, quiet=True)
     print(f"    base image {containers.BASE:<28}{'(made before)' if made else f'{time.monotonic() - t0:9.1f}'}")
-    for t in T.load_tasks("docker"):
+    for t in load_tasks("docker"):
         tag = containers.task_image(t, d, quiet=True)
         d.cli("rmi", tag)
         containers._SEEN.clear()
@@ -47,7 +47,7 @@ def images(d):
 
 
 def rollouts(harness, samples):
-    tasks = T.load_tasks("toy")
+    tasks = load_tasks("toy")
     fmt = ChatFormat.from_checkpoint(tiny.model_path("tiny"))
     boxes = [b for b, ok in (("bwrap", sandbox.bwrap_works()[0]), ("docker", True),
                              ("harbor:docker", Path(harborenv.venv_python()).exists())) if ok]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import guard as G  # noqa: E402
+from guard import Guard  # noqa: E402
 
 CTX = json.loads((ROOT / "tests" / "guard_contexts.json").read_text())
 CORPUS = [json.loads(line) for line in (ROOT / "tests" / "guard_corpus.jsonl").read_text().splitlines() if line]
@@ -62,7 +62,7 @@ def corpus_times(repeat):
     times = []
     for _ in range(repeat):
         for case in CORPUS:
-            guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"),
+            guard = Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"),
                                      **CTX.get("setups", {}).get(case["context"], {}))
             c = case["call"]
             call = tool_call(c["name"], c.get("arguments_raw", c.get("arguments")))
@@ -82,7 +82,7 @@ def big_write_times(repeat, rng):
     for _ in range(repeat):
         for h, call in calls:
             msgs = [{"role": "system", "content": CTX["systems"][h]}] + CTX["contexts"]["repair"]
-            ms, v = timed(lambda: G.Guard().check(call, CTX["tools"][h], msgs))
+            ms, v = timed(lambda: Guard().check(call, CTX["tools"][h], msgs))
             assert v.allowed, v
             times.append(ms)
     return times
@@ -110,13 +110,13 @@ def rollout_times(repeat, rng, turns=100):
     times, cold = [], []
     for _ in range(repeat):
         msgs, calls = rollout_messages(rng, turns)
-        session = G.Guard().session()
+        session = Guard().session()
         tools = CTX["tools"]["pi"]
         for k, call in calls:
             ms, v = timed(lambda: session.check(call, tools, msgs[:k]))
             assert v.allowed, v
             times.append(ms)
-        cold.append(timed(lambda: G.Guard().check(calls[-1][1], tools, msgs))[0])
+        cold.append(timed(lambda: Guard().check(calls[-1][1], tools, msgs))[0])
     return times, cold, len(msgs)
 
 

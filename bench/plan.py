@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import checkpoint  # noqa: E402
 import grpo  # noqa: E402
 import lora  # noqa: E402
-import model as M  # noqa: E402
+from model import CausalLM  # noqa: E402
 import plan  # noqa: E402
 import tiny  # noqa: E402
 
@@ -55,7 +55,7 @@ def measure(shape, tokens, recompute, device, rank):
     dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
     torch.manual_seed(0)
     with dev:
-        model = M.CausalLM(config).to(dtype)
+        model = CausalLM(config).to(dtype)
     for p in model.parameters():
         p.requires_grad_(False)
     lora.add_lora(model, rank=rank, alpha=2 * rank, adapters=("a",), seed=0)

@@ -148,9 +148,9 @@ async def session_cost(name, samples=2, waste=4):
     sessions), fitted as start-up + per turn (least squares over the sessions), and the machine's peak memory in use
     above its start (run it on an idle machine)."""
     import oracle
-    import tasks as T
+    from tasks import load_tasks
     from chat import ChatFormat
-    tasks = T.load_tasks("toy") * samples
+    tasks = load_tasks("toy") * samples
     rows, mark = [], [None]
 
     children = pool.others_cpu       # the machine's busy time less this process's (the oracle server's): keep it idle

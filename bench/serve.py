@@ -57,7 +57,7 @@ import engine  # noqa: E402
 import kvcache  # noqa: E402
 import lora  # noqa: E402
 from families import FAMILIES  # noqa: E402
-import model as M  # noqa: E402
+from model import CausalLM  # noqa: E402
 import servers  # noqa: E402
 import tiny  # noqa: E402
 from chat import ChatFormat  # noqa: E402
@@ -129,7 +129,7 @@ def write_checkpoint(d, shape, dtype, seed=0):
                              torch_dtype=str(dtype).removeprefix("torch."))
     g = torch.Generator().manual_seed(seed)
     with torch.device("meta"):     # shapes only: the weights are drawn straight in `dtype`, no fp32 copy
-        model = M.CausalLM(checkpoint.parse_config(cfg_d))
+        model = CausalLM(checkpoint.parse_config(cfg_d))
     sd = {k: torch.ones(v.shape, dtype=dtype) if k.endswith("norm.weight") else
           (0.02 * torch.randn(v.shape, generator=g)).to(dtype) for k, v in checkpoint.hf_state_dict(model).items()}
     save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
@@ -143,7 +143,7 @@ def write_adapters(ckpt, out, seed=0):
     so each changes the output). Returns {name: dir}."""
     out, cfg = Path(out), checkpoint.read_config(ckpt)
     with torch.device("meta"):
-        shapes = {n: (m.in_features, m.out_features) for n, m in M.CausalLM(cfg).named_modules()
+        shapes = {n: (m.in_features, m.out_features) for n, m in CausalLM(cfg).named_modules()
                   if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in FAMILIES[cfg.model_type].lora_targets
                   and n != "lm_head"}
     config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": RANK, "lora_alpha": RANK,

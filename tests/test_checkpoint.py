@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install gguf==0.19.0)")
 
 import checkpoint   # noqa: E402
-import tiny as T  # noqa: E402
+from tiny import write_tiny_checkpoint  # noqa: E402
 from chat import ChatFormat   # noqa: E402
 from conftest import generate  # noqa: E402
 
@@ -111,7 +111,7 @@ def write_gguf(src: Path, out: Path, arch="llama", qtype="f32", tokenizer_model=
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    src = T.write_tiny_checkpoint(d / "hf", "llama")
+    src = write_tiny_checkpoint(d / "hf", "llama")
     return src, write_gguf(src, d / "tiny.gguf")
 
 

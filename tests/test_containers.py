@@ -18,8 +18,8 @@ import containers
 import harborenv
 import harnesses
 import oracle
-import sandbox as SB
-import tasks as T
+from sandbox import CGROUP_PARENT, LIMITS, _cgroup_base, cgroup_parent_ok, docker_missing, tool_paths
+from tasks import TaskError, check_task, check_tasks, load_task, load_tasks
 import taskenv
 import tiny
 from chat import ChatFormat
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def docker():
     """The daemon with the base image made (debootstrap, ~30 s the first time). CI sets HARNESS_RL_REQUIRE_DOCKER:
     there these tests fail, not skip, without Docker."""
-    why = SB.docker_missing()
+    why = docker_missing()
     if not why:
         try:
             d = containers.daemon()
@@ -75,24 +75,24 @@ def test_tasks_whose_dockerfiles_run_things_are_built_and_solved_only_under_dock
     """data/docker: a library installed into the image's Python, a database made at build time, a tool put on PATH.
     bubblewrap refuses each at start, naming its RUN line; docker builds each image once (a FROM it lacks mapped to
     its base, said so), the oracle scores 1 and an agent that does nothing 0."""
-    tasks = T.load_tasks("docker")
+    tasks = load_tasks("docker")
     assert len(tasks) == 3 and all(t.container.engine_only for t in tasks)
     for t in tasks:
         for mode in ("bwrap", "dir"):
-            with pytest.raises(T.TaskError, match=r"need --sandbox docker.*line \d+: 'RUN "):
+            with pytest.raises(TaskError, match=r"need --sandbox docker.*line \d+: 'RUN "):
                 taskenv.resolve_sandbox(mode, [t])
         assert any("FROM python:3.11-slim is not on this daemon" in n for n in containers.dockerfile(t, docker)[1])
     assert containers.resolve_sandbox("docker", tasks, log=None) == ("docker", "")
     t0 = time.monotonic()
     assert len({containers.task_image(t, docker, quiet=True) for t in tasks}) == 3
     assert time.monotonic() - t0 < 5                          # built already: each once
-    assert T.check_tasks([t.path for t in tasks], sandbox="docker") == {t.path.resolve(): [] for t in tasks}
+    assert check_tasks([t.path for t in tasks], sandbox="docker") == {t.path.resolve(): [] for t in tasks}
     broken = tmp_path / "broken"                       # the checks can fail: an oracle that does nothing
     shutil.copytree(tasks[0].path, broken)
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
-    assert [f.check for f in T.check_task(broken, "docker")] == [3]
+    assert [f.check for f in check_task(broken, "docker")] == [3]
     (broken / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nRUN false\n")
-    assert [f.check for f in T.check_task(broken, "docker")] == [2]      # an image that does not build
+    assert [f.check for f in check_task(broken, "docker")] == [2]      # an image that does not build
     assert ours(docker) == [] and docker.cli("ps", "-aq", "--filter", "status=exited").stdout.split() == []
 
 
@@ -103,7 +103,7 @@ def test_the_oracle_solves_them_through_a_real_harness_in_containers(request, tm
     """The oracle agent's steps (solution/oracle.json: the command, run through the harness's own shell tool) in each
     task's own container - ours, or Harbor's own DockerEnvironment (its Compose project, the harness bound in, the
     proxy through the rollout's socket): the image's library, database and tool are there, and each scores 1."""
-    docker, tasks = engine(request, sandbox), T.load_tasks("docker")
+    docker, tasks = engine(request, sandbox), load_tasks("docker")
     rs = asyncio.run(oracle.record(tasks, harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3), tmp_path / "out",
                               samples=1, sessions=3, max_tokens=4096, context=131072, sandbox=sandbox))
     assert sorted((r.task.name, r.score) for r in rs) == sorted((t.name, 1.0) for t in tasks), \
@@ -188,7 +188,7 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_their_own_containers_alo
     left."""
     monkeypatch.setitem(containers.DEFAULTS, "pids", 64)
     monkeypatch.setitem(containers.DEFAULTS, "file_mb", 8)
-    monkeypatch.setitem(SB.LIMITS, "disk_mb", 32)
+    monkeypatch.setitem(LIMITS, "disk_mb", 32)
     tasks = misbehaving_tasks(tmp_path / "tasks", test_sh=(         # what each left, for this test (logs: a host dir)
         '#!/bin/bash\ncd "$WORKDIR"; cat forks.txt > "$LOGS_DIR/forks" 2>/dev/null; stat -c %s big.bin > '
         '"$LOGS_DIR/big" 2>/dev/null; ls > "$LOGS_DIR/ls"\n'
@@ -257,7 +257,7 @@ def _rollout(tmp_path, command, test_sh=None, files=None, toml="", sandbox="dock
         with open(task.path / "task.toml", "a") as f:
             f.write(toml)
     up = Upstream(command=command)
-    r = asyncio.run(one(tmp_path, "mini", up, task=T.load_task(task.path), sandbox=sandbox, guard=False))
+    r = asyncio.run(one(tmp_path, "mini", up, task=load_task(task.path), sandbox=sandbox, guard=False))
     out = "\n".join(str(m.get("content")) for q in up.requests for m in q["messages"] if m.get("role") == "tool")
     return r, out
 
@@ -322,17 +322,17 @@ def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one
     removed with it; every container's cgroup lies under harness-rl, whose totals (half the kernel's pids, three
     quarters of the memory) bound all sandboxes together."""
     task = network_task(tmp_path / "tasks", "public")
-    boxes = [containers.Box.open(docker, task, containers.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", SB.tool_paths(),
+    boxes = [containers.Box.open(docker, task, containers.BASE, tmp_path / f"b{i}", f"pub-{i}-{os.getpid()}", tool_paths(),
                          offline=False) for i in range(2)]
     try:
         nets = [json.loads(docker.cli("inspect", "-f", "{{json .NetworkSettings.Networks}}", b.name).stdout)
                 for b in boxes]
         assert [list(n) for n in nets] == [[b.network] for b in boxes] and boxes[0].network != boxes[1].network
-        if SB.cgroup_parent_ok():
+        if cgroup_parent_ok():
             cg = docker.cli("exec", boxes[0].name, "cat", "/proc/1/cgroup").stdout
             own = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().split()}
-            assert f":pids:{own['pids'].rstrip('/')}/{SB.CGROUP_PARENT}/" in cg, cg
-            assert int((SB._cgroup_base()["pids"] / "pids.max").read_text()) == \
+            assert f":pids:{own['pids'].rstrip('/')}/{CGROUP_PARENT}/" in cg, cg
+            assert int((_cgroup_base()["pids"] / "pids.max").read_text()) == \
                 int(Path("/proc/sys/kernel/pid_max").read_text()) // 2
     finally:
         for b in boxes:
@@ -344,11 +344,11 @@ def test_harbors_own_docker_environment_runs_the_oracle_and_the_verifier(harbor,
     """`tasks.py check --sandbox harbor:docker`: each task's oracle and verifier in Harbor's own DockerEnvironment
     (Harbor 0.25 in its venv, Python 3.12+, driving this daemon through Compose; the image prebuilt here): the three
     data/docker tasks and a toy task score 1 solved and 0 untouched, and a task whose oracle does nothing fails."""
-    dirs = [t.path for t in T.load_tasks("docker")] + [ROOT / "data" / "toy" / "toy-count"]
+    dirs = [t.path for t in load_tasks("docker")] + [ROOT / "data" / "toy" / "toy-count"]
     broken = tmp_path / "broken"
     shutil.copytree(dirs[0], broken)
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
-    report = T.check_tasks(dirs + [broken], sandbox="harbor:docker")
+    report = check_tasks(dirs + [broken], sandbox="harbor:docker")
     assert {str(d): [f.check for f in fs] for d, fs in report.items()} == \
         {**{str(Path(d).resolve()): [] for d in dirs}, str(broken.resolve()): [3]}, report
     assert ours(harbor) == []

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import dashboard
 import harnesses
-import pool as PL
+from pool import RolloutPool
 import servers
 from conftest import free_port
 from test_rollout import HACK, NUMBERS, SOLVE, Upstream, make_task
@@ -414,7 +414,7 @@ async def blocked_rollout(tmp):
     proxy = Proxy(client, adapter=lambda: ("mini-v0", 0), sampling={"temperature": 1.0, "max_tokens": 256})
     await proxy.start()
     tasks = [make_task(tmp / "tasks")]
-    pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
+    pool = RolloutPool(harnesses.get_harness("mini"), proxy, lambda: tasks.pop() if tasks else None, lambda: 0,
                          tmp / "sandboxes", max_sessions=2, group_size=2, rollouts_dir=tmp / "run" / "rollouts" / "mini",
                          sandbox="dir", reward=rollout_reward(SHARED), **NUMBERS)
     pool.start()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import flags
 import grpo
-import rollout as R
+from rollout import Turn
 import tiny
 from conftest import grpo_loss
 from recipe import SHARED
@@ -47,7 +47,7 @@ def test_group_without_spread_has_no_signal():
 # ----------------------------------------------------------------------------- merging turns
 
 def T(prompt, completion, version=0):
-    return R.Turn(list(prompt), list(completion), [-0.1 * (i + 1) for i in range(len(completion))], version)
+    return Turn(list(prompt), list(completion), [-0.1 * (i + 1) for i in range(len(completion))], version)
 
 
 def test_turns_that_extend_merge_into_one_sequence():
@@ -91,7 +91,7 @@ def test_each_token_keeps_the_version_that_sampled_it_through_merge_and_pack():
 
 def test_logprob_count_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
-        grpo.build_sequences([R.Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
+        grpo.build_sequences([Turn([1], [2, 3], [-0.1], 0)], 1.0, rollout="r7")
 
 
 def test_staleness_boundary_is_exact():

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import guard as G
+from guard import Guard, RULES, Session, Verdict, _plain, _split_target
 import shellread
 
 HERE = Path(__file__).resolve().parent
@@ -37,7 +37,7 @@ def verdict(case, **guard_kw):
     """The case's call checked in its conversation, by a guard set up as the rollout code sets it up for the
     context (work_dir, task_dir, home, private: tests/guard_contexts.json "setups")."""
     setup = {**CTX.get("setups", {}).get(case["context"], {}), **guard_kw}
-    guard = G.Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"), **setup)
+    guard = Guard.for_task(case.get("guard"), proxy_host=case.get("proxy_host"), **setup)
     c = case["call"]
     call = tool_call(c["name"], c["arguments_raw"] if "arguments_raw" in c else c["arguments"])
     return guard.check(call, CTX["tools"][case["harness"]], conversation(case["harness"], case["context"]))
@@ -59,14 +59,14 @@ def test_corpus_is_large_and_covers_every_rule_both_ways():
     assert len(CORPUS) >= 150
     attacks = Counter(c["expect"] for c in CORPUS if c["expect"] != "allow")
     near = Counter(c.get("near") for c in CORPUS if c["expect"] == "allow")
-    for rule in G.RULES:
+    for rule in RULES:
         assert attacks[rule] >= 5, f"too few attacks for {rule}"
         if rule != "declared-tool":                     # every benign call is a negative for declared-tool
             assert near[rule] >= 3, f"too few benign near-misses for {rule}"
     for h in HARNESSES:
         assert sum(c["harness"] == h and c["expect"] == "allow" for c in CORPUS) >= 20
         assert sum(c["harness"] == h and c["expect"] != "allow" for c in CORPUS) >= 20
-        assert {c["expect"] for c in CORPUS if c["harness"] == h} >= set(G.RULES) | {"allow"}
+        assert {c["expect"] for c in CORPUS if c["harness"] == h} >= set(RULES) | {"allow"}
 
 
 def test_corpus_has_obfuscated_attacks_of_each_kind():
@@ -103,17 +103,17 @@ def test_note_names_the_tool_and_rule_but_not_what_matched():
 
 
 def test_for_task_reads_the_guard_table_and_rejects_typos():
-    g = G.Guard.for_task({"allow_rules": ["hosts"], "allow_paths": ["grading/*.json"], "allow_hosts": ["x.org"]})
+    g = Guard.for_task({"allow_rules": ["hosts"], "allow_paths": ["grading/*.json"], "allow_hosts": ["x.org"]})
     assert g.allow_rules == {"hosts"} and g.allow_paths == ("grading/*.json",) and g.allow_hosts == ("x.org",)
-    assert G.Guard.for_task(None).allow_rules == frozenset()
+    assert Guard.for_task(None).allow_rules == frozenset()
     with pytest.raises(ValueError):
-        G.Guard.for_task({"allow_rule": ["hosts"]})
+        Guard.for_task({"allow_rule": ["hosts"]})
     with pytest.raises(ValueError):
-        G.Guard(allow_rules=["test-edits"])
+        Guard(allow_rules=["test-edits"])
 
 
 def test_allow_paths_exempts_only_the_matching_grading_file():
-    g = G.Guard(allow_paths=["grading/expected.json"])
+    g = Guard(allow_paths=["grading/expected.json"])
     tools, msgs = CTX["tools"]["pi"], conversation("pi", "repair")
     read = lambda p: g.check(tool_call("read", {"path": p}), tools, msgs)   # noqa: E731
     assert read("../grading/expected.json").rule == "answer-lookup"        # outside the work dir, not the pattern
@@ -123,7 +123,7 @@ def test_allow_paths_exempts_only_the_matching_grading_file():
 
 
 def test_proxy_port_is_the_only_loopback_target_blocked():
-    g = G.Guard(proxy_host="127.0.0.1:8123")
+    g = Guard(proxy_host="127.0.0.1:8123")
     tools, msgs = CTX["tools"]["pi"], conversation("pi", "repair")
     curl = lambda url: g.check(tool_call("bash", {"command": f"curl -s {url}"}), tools, msgs)   # noqa: E731
     assert curl("http://127.0.0.1:8124/health").allowed
@@ -134,11 +134,11 @@ def test_proxy_port_is_the_only_loopback_target_blocked():
 
 def test_malformed_or_undeclared_calls_and_missing_tools():
     tools, msgs = CTX["tools"]["pi"], conversation("pi", "repair")
-    g = G.Guard()
+    g = Guard()
     assert g.check(tool_call("bash", "{not json"), tools, msgs).rule == "declared-tool"
     assert g.check(tool_call("bash", {"command": "ls"}), [], msgs).rule == "declared-tool"
     assert g.check(tool_call("bash", {"command": "ls"}), None, msgs).allowed      # tools unknown (offline scan)
-    assert G.Guard(allow_rules=["declared-tool"]).check(tool_call("python", "ls -la"), tools, msgs).allowed
+    assert Guard(allow_rules=["declared-tool"]).check(tool_call("python", "ls -la"), tools, msgs).allowed
 
 
 def test_for_task_takes_the_rollouts_places_and_protects_the_task_by_its_real_location(tmp_path):
@@ -146,7 +146,7 @@ def test_for_task_takes_the_rollouts_places_and_protects_the_task_by_its_real_lo
     for d in (task / "solution", task / "tests", box / "work" / "src", box / "home", box / "tmp", tmp_path / "runs"):
         d.mkdir(parents=True)
     (box / "work" / "ref").symlink_to(task)                          # a link made by an earlier call, on disk
-    g = G.Guard.for_task({}, proxy_host="127.0.0.1:8123", work_dir=str(box / "work"), task_dir=str(task),
+    g = Guard.for_task({}, proxy_host="127.0.0.1:8123", work_dir=str(box / "work"), task_dir=str(task),
                          home=str(box / "home"), private=[str(tmp_path / "boxes"), str(tmp_path / "runs")])
     tools, msgs = CTX["tools"]["pi"], conversation("pi", "repair")
     sh = lambda c: g.check(tool_call("bash", {"command": c}), tools, msgs).rule   # noqa: E731
@@ -159,38 +159,38 @@ def test_for_task_takes_the_rollouts_places_and_protects_the_task_by_its_real_lo
     assert sh("grep -rn api_key ..") == "credentials"                      # the box holds HOME
     assert sh(f"cat src/parse.py {box}/tmp/out.txt; ls ~") is None          # its own work dir, tmp and HOME
     with pytest.raises(TypeError):
-        G.Guard.for_task({}, task_path="x")
+        Guard.for_task({}, task_path="x")
 
 
 def test_hermes_json_tool_output_is_read_through_json():
     msgs = conversation("hermes", "listed-hermes")
     assert '\\ntest_answer.py' in msgs[3]["content"]                       # as hermes sends it: JSON-escaped
-    s = G.Guard().session()
+    s = Guard().session()
     s.check(tool_call("terminal", {"command": "true"}), CTX["tools"]["hermes"], msgs)
     assert "test_answer.py" in s.seen and "docs.csvparse.dev" in s.hosts
     assert "ntest_answer.py" not in s.seen and "ndocs.csvparse.dev" not in s.hosts
-    assert G._plain('{"output": "a\\nb", "exit_code": 0, "meta": {"x": "[\\"c\\"]"}}').split() == \
+    assert _plain('{"output": "a\\nb", "exit_code": 0, "meta": {"x": "[\\"c\\"]"}}').split() == \
         ["output", "a", "b", "exit_code", "meta", "x", "c"]
-    assert G._plain('{"output": "cut short\\nb.py').split() == ['{"output":', '"cut', 'short', 'b.py']
+    assert _plain('{"output": "cut short\\nb.py').split() == ['{"output":', '"cut', 'short', 'b.py']
 
 
 def test_url_paths_are_percent_decoded_and_normalized_as_the_server_routes_them():
-    assert G._split_target("http://127.0.0.1:8000/v1/%6coad_lora_adapter")[3] == "/v1/load_lora_adapter"
-    assert G._split_target("http://h/v1/chat/./%2563ompletions?x=%41")[3] == "/v1/chat/completions?x=%41"
-    assert G._split_target("https://github.com/acme/x")[3] == "/acme/x"
+    assert _split_target("http://127.0.0.1:8000/v1/%6coad_lora_adapter")[3] == "/v1/load_lora_adapter"
+    assert _split_target("http://h/v1/chat/./%2563ompletions?x=%41")[3] == "/v1/chat/completions?x=%41"
+    assert _split_target("https://github.com/acme/x")[3] == "/acme/x"
 
 
 def test_unknown_parts_of_a_path_are_neither_invisible_nor_everything():
     f = shellread.analyze("bash", {"command": 'cat solu$(true)tion/a "$(pwd)/b" ../x/`echo`c'})
     assert [p for p, _ in f.reads] == ["solu**tion/a", "**/b", "../x/c"]
-    s = G.Guard(work_dir="/w").session()
+    s = Guard(work_dir="/w").session()
     assert s.norm("**/../tests/t.py") == ("**/tests/t.py", False)           # up from an unknown place
     assert s.norm("**/tests/t.py") == ("**/tests/t.py", None)
 
 
 # ----------------------------------------------------------------------------- the per-rollout session
 
-class CountingSession(G.Session):
+class CountingSession(Session):
     """Counts how many messages the session indexes."""
 
     def __init__(self, guard):
@@ -212,7 +212,7 @@ def rollout(turns):
 
 
 def test_session_indexes_each_message_once_as_the_conversation_grows():
-    msgs, s = rollout(100), CountingSession(G.Guard())
+    msgs, s = rollout(100), CountingSession(Guard())
     tools = CTX["tools"]["pi"]
     for k in range(3, len(msgs) + 1):
         # re-sent by the harness as fresh objects each request, argument strings re-serialized
@@ -222,7 +222,7 @@ def test_session_indexes_each_message_once_as_the_conversation_grows():
 
 
 def test_session_reindexes_when_history_is_rewritten():
-    s = CountingSession(G.Guard())
+    s = CountingSession(Guard())
     tools = CTX["tools"]["pi"]
     fetch = tool_call("bash", {"command": "curl -s https://files.example-data.org/sales.csv"})
     data = conversation("pi", "data")
@@ -233,7 +233,7 @@ def test_session_reindexes_when_history_is_rewritten():
 
 
 def test_host_from_a_later_tool_result_becomes_allowed():
-    s, tools = G.Guard().session(), CTX["tools"]["pi"]
+    s, tools = Guard().session(), CTX["tools"]["pi"]
     msgs = conversation("pi", "repair")
     fetch = tool_call("bash", {"command": "curl -s https://docs.csvparse.dev/api.html"})
     assert s.check(fetch, tools, msgs).rule == "hosts"
@@ -241,10 +241,10 @@ def test_host_from_a_later_tool_result_becomes_allowed():
 
 
 def test_two_calls_of_one_response_a_new_test_then_its_edit():
-    s, tools, msgs = G.Guard().session(), CTX["tools"]["pi"], conversation("pi", "build")
+    s, tools, msgs = Guard().session(), CTX["tools"]["pi"], conversation("pi", "build")
     create = tool_call("write", {"path": "tests/test_lines.py", "content": "def test_a():\n    assert 1\n"})
     edit = tool_call("edit", {"path": "tests/test_lines.py", "edits": [{"oldText": "1", "newText": "2"}]})
-    assert G.Guard().check(edit, tools, msgs).rule == "test-editing"     # editing a file never created
+    assert Guard().check(edit, tools, msgs).rule == "test-editing"     # editing a file never created
     assert s.check(create, tools, msgs).allowed and s.check(edit, tools, msgs).allowed
 
 
@@ -285,8 +285,8 @@ def test_any_input_gets_a_verdict_and_never_raises(parts, key, raw):
     args = text if raw else json.dumps({key: text, "path": text, "content": text, "mode": "patch", "urls": [text]})
     msgs = conversation("pi", "repair") + [{"role": "tool", "content": text},
                                            {"role": "user", "content": [{"type": "text", "text": text}]}]
-    v = G.Guard(proxy_host="127.0.0.1:8123").check(tool_call(name, args), tools, msgs)
-    assert isinstance(v, G.Verdict) and v.allowed == (v.rule is None)
+    v = Guard(proxy_host="127.0.0.1:8123").check(tool_call(name, args), tools, msgs)
+    assert isinstance(v, Verdict) and v.allowed == (v.rule is None)
 
 
 # ----------------------------------------------------------------------------- offline re-scan of ATIF files
@@ -384,15 +384,15 @@ def test_a_file_written_earlier_is_judged_by_what_it_does_when_a_later_call_runs
     tools = CTX["tools"][harness]
     for path, content, run, rule in LATER:
         msgs, call = _written_then_run(harness, path, content, run)
-        assert G.Guard().check(call, tools, conversation(harness, "repair")).allowed, run   # nothing written: fine
-        assert G.Guard().check(call, tools, msgs).rule == rule, (path, run)
+        assert Guard().check(call, tools, conversation(harness, "repair")).allowed, run   # nothing written: fine
+        assert Guard().check(call, tools, msgs).rule == rule, (path, run)
     for path, content, run in LATER_OK:
         msgs, call = _written_then_run(harness, path, content, run)
-        assert G.Guard().check(call, tools, msgs).allowed, (path, run)
+        assert Guard().check(call, tools, msgs).allowed, (path, run)
     msgs, _ = _written_then_run(harness, *LATER[0][:2], "")
     view = tool_call(SHELL[harness], {"command": "cat fix.sh", **({"description": "v"} if harness == "opencode"
                                                                    else {})})
-    assert G.Guard().check(view, tools, msgs).allowed
+    assert Guard().check(view, tools, msgs).allowed
 
 
 SETUP_PY = 'from setuptools import setup\n\nsetup(name="csvquote", version="0.3.1", packages=["src"])\n'
@@ -418,10 +418,10 @@ def test_the_tasks_own_project_from_an_index_and_other_processes_files_are_answe
     run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
                                                                else {})})
     for c in LOOKUPS:
-        assert G.Guard().check(run(c), tools, msgs).rule == "answer-lookup", c
+        assert Guard().check(run(c), tools, msgs).rule == "answer-lookup", c
     for c in LOOKUPS_OK:
-        assert G.Guard().check(run(c), tools, msgs).allowed, c
-    assert G.Guard().check(run(LOOKUPS[0]), tools, conversation(harness, "repair")).allowed     # name never shown
+        assert Guard().check(run(c), tools, msgs).allowed, c
+    assert Guard().check(run(LOOKUPS[0]), tools, conversation(harness, "repair")).allowed     # name never shown
 
 
 CRED_READS = [   # credentials by where they are, not how their path is spelled
@@ -446,9 +446,9 @@ def test_credentials_behind_the_harness_variables_globs_over_home_and_store_libr
                                                                else {})})
     msgs = conversation(harness, "repair")
     for c in CRED_READS:
-        assert G.Guard().check(run(c), tools, msgs).rule == "credentials", c
+        assert Guard().check(run(c), tools, msgs).rule == "credentials", c
     for c in CRED_OK:
-        assert G.Guard().check(run(c), tools, msgs).allowed, c
+        assert Guard().check(run(c), tools, msgs).allowed, c
 
 
 STATUS_SHORT = " M tests/test_parse.py\n?? tests/test_edge.py\n M src/parse.py\n"
@@ -475,10 +475,10 @@ def test_a_revert_or_clean_of_tests_a_status_showed_as_the_tasks_changes_is_test
         run("git status" + (" --short" if status is STATUS_SHORT else ""), "g1")]},
         {"role": "tool", "tool_call_id": "g1", "content": out}]
     for c in REVERTS:
-        assert G.Guard().check(run(c), tools, msgs).rule == "test-editing", c
-        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule != "test-editing", c
+        assert Guard().check(run(c), tools, msgs).rule == "test-editing", c
+        assert Guard().check(run(c), tools, conversation(harness, "repair")).rule != "test-editing", c
     for c in REVERTS_OK:
-        assert G.Guard().check(run(c), tools, msgs).allowed, c
+        assert Guard().check(run(c), tools, msgs).allowed, c
 
 
 HIDDEN = [   # writes inside other programs' scripts, trees read whole, names decoded
@@ -515,9 +515,9 @@ def _shell_verdicts(harness, attacks, benign):
     run = lambda c: tool_call(SHELL[harness], {"command": c, **({"description": "d"} if harness == "opencode"  # noqa
                                                                else {})})
     for c, rule in attacks:
-        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).rule == rule, c
+        assert Guard().check(run(c), tools, conversation(harness, "repair")).rule == rule, c
     for c in benign:
-        assert G.Guard().check(run(c), tools, conversation(harness, "repair")).allowed, c
+        assert Guard().check(run(c), tools, conversation(harness, "repair")).allowed, c
 
 
 RUNNER = [   # the runner's integrity where a task's verifier runs pytest in the work dir
@@ -545,10 +545,10 @@ def test_the_runner_is_not_shadowed_reconfigured_or_patched_through_other_names(
     tools = CTX["tools"][harness]
     tool, key = WRITE[harness]
     for path, content in RUNNER:
-        assert G.Guard().check(tool_call(tool, {key: path, "content": content}), tools,
+        assert Guard().check(tool_call(tool, {key: path, "content": content}), tools,
                                conversation(harness, "repair")).rule == "reward-hacking", path
     for path, content in RUNNER_OK:
-        assert G.Guard().check(tool_call(tool, {key: path, "content": content}), tools,
+        assert Guard().check(tool_call(tool, {key: path, "content": content}), tools,
                                conversation(harness, "repair")).allowed, path
 
 
@@ -584,7 +584,7 @@ def test_an_independent_red_teams_probes():
     for p in REDTEAM:
         tools = CTX["tools"][p["harness"]]
         msgs = [{"role": "system", "content": CTX["systems"][p["harness"]]}] + CTX["contexts"]["repair"]
-        s, blocked = G.Guard().session(), False
+        s, blocked = Guard().session(), False
         for m in p.get("messages") or []:
             for c in m.get("tool_calls") or [] if m["role"] == "assistant" else []:
                 blocked |= not s.check(c, tools, msgs).allowed

@@ -10,7 +10,7 @@ import torch
 import checkpoint
 import lora
 from families import FAMILIES
-import model as M
+from model import _RMSNorm
 import tiny
 from test_model import DEVICE, TOL, rand_ids, save_hf
 
@@ -99,7 +99,7 @@ def test_hand_written_backwards_pass_gradcheck():
     assert torch.allclose(ga, A.grad) and torch.allclose(gb, B.grad)
     h = torch.randn(2, 5, 16, generator=g, dtype=torch.double, requires_grad=True)
     nw = torch.randn(16, generator=g, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda h, nw: M._RMSNorm.apply(h, nw, 1e-5), (h, nw))
+    assert torch.autograd.gradcheck(lambda h, nw: _RMSNorm.apply(h, nw, 1e-5), (h, nw))
 
 
 def test_peft_targets_the_same_modules_as_we_do(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import plan
 import recipe
-import train as TR
+from train import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_a_plan_that_does_not_fit_is_refused_naming_the_number_and_what_to_chang
 
 @pytest.mark.parametrize("row", list(recipe.RECIPES))
 def test_plan_prints_every_recipe_row_and_exits(row, capsys):
-    TR.main(["--model", row, "--plan"])
+    main(["--model", row, "--plan"])
     out = capsys.readouterr().out
     assert out.startswith(f"memory plan for {recipe.recipe_config(row)['model']}")
     gpus = recipe.recipe_config(row).get("gpus") or 0

@@ -15,12 +15,12 @@ from aiohttp import web
 import grpo
 import guard
 import harnesses
-import pool as PL
+from pool import Fit, RolloutPool
 import rollout
 import sandbox as SB
 import inference
 import servers
-import tasks as T
+from tasks import load_task
 import taskenv
 import tiny
 from proxy import MAX_CONNECTIONS, Proxy
@@ -43,7 +43,7 @@ def make_task(root, name="write-42", timeout=60):
     (d / "tests" / "test.sh").write_text('#!/bin/bash\nif [ "$(cat "$WORKDIR/answer.txt" 2>/dev/null)" = "42" ]; '
                                          'then echo 1 > "$LOGS_DIR/reward.txt"; else echo 0 > "$LOGS_DIR/reward.txt"; fi\n')
     (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{SOLVE}\n")
-    return T.load_task(d)
+    return load_task(d)
 
 
 class Upstream:
@@ -288,7 +288,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         it = iter(task_list)
-        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
+        pool = RolloutPool(harnesses.get_harness("mini"), proxy, lambda: next(it, None), lambda: 0, tmp_path / "sb",
                              max_sessions=48, group_size=8, rollouts_dir=tmp_path / "rollouts", **NUMBERS)
         pool.start()
         groups = [await asyncio.wait_for(pool.groups.get(), 120) for _ in range(6)]
@@ -471,7 +471,7 @@ def network_task(root, network_mode):
     task = make_task(root)
     with open(task.path / "task.toml", "a") as f:
         f.write(f'[environment]\nnetwork_mode = "{network_mode}"\n')
-    return T.load_task(task.path)
+    return load_task(task.path)
 
 
 @pytest.mark.parametrize("network_mode", ["no-network", "public"])
@@ -605,7 +605,7 @@ def test_real_harness_cheats_are_blocked_unchanged_unseen_and_zeroed(tmp_path, n
     (task.path / "instruction.md").write_text(task.instruction + "The test test_answer.py checks it.\n")
     with open(task.path / "solution" / "solve.sh", "a") as f:
         f.write(f"# {ORACLE}\n")
-    task = T.load_task(task.path)
+    task = load_task(task.path)
     box = tmp_path / "sandboxes"
 
     async def go():
@@ -873,7 +873,7 @@ def test_a_pool_whose_groups_are_not_taken_stops_starting_new_ones(tmp_path):
         client = servers.Client(url)
         proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
-        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
+        pool = RolloutPool(harnesses.get_harness("mini"), proxy, lambda: (next(started), task)[1], lambda: 0,
                              tmp_path / "sb", max_sessions=8, group_size=4, **NUMBERS)
         pool.start()
         for _ in range(300):                        # until two groups wait and nothing else finishes
@@ -897,7 +897,7 @@ def test_a_pool_whose_groups_are_not_taken_stops_starting_new_ones(tmp_path):
 def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_path, monkeypatch):
     """Fit: with almost no core for rollouts' processes the pool drops to one group at a time (never fewer), says
     it is cpu-bound, and keeps delivering groups; given the cores, it runs every session asked for."""
-    monkeypatch.setattr(PL.Fit, "WINDOW", 0.5)
+    monkeypatch.setattr(Fit, "WINDOW", 0.5)
     task_list = [make_task(tmp_path / "tasks", f"t{i}") for i in range(3)]
 
     async def go(cpu):
@@ -907,8 +907,8 @@ def test_a_pool_the_cpu_cannot_keep_at_its_sessions_runs_fewer_and_says_so(tmp_p
         proxy = Proxy(client, adapter=lambda: ("m", 0))
         await proxy.start()
         n = iter(range(10 ** 6))
-        pool = PL.RolloutPool(harnesses.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
-                             tmp_path / f"sb{cpu}", max_sessions=16, group_size=4, fit=PL.Fit(cpu, 1 << 40), **NUMBERS)
+        pool = RolloutPool(harnesses.get_harness("mini"), proxy, lambda: task_list[next(n) % 3], lambda: 0,
+                             tmp_path / f"sb{cpu}", max_sessions=16, group_size=4, fit=Fit(cpu, 1 << 40), **NUMBERS)
         pool.start()
         peak, groups = 0, []
         while len(groups) < 8:
@@ -961,7 +961,7 @@ def misbehaving_tasks(root, test_sh=None):
         if k == "hog":
             with open(t.path / "task.toml", "a") as f:
                 f.write("[environment]\nmemory_mb = 64\n")
-        tasks[k] = T.load_task(t.path)
+        tasks[k] = load_task(t.path)
     return tasks
 
 

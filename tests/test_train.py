@@ -470,7 +470,11 @@ def test_reward_is_decided_once_with_the_runs_bonus(tmp_path, monkeypatch):
 
 def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     """--beta reaches the loss: the KL term is computed against the base model's logprobs (adapter off)."""
+    import types
+
     import torch
+
+    import metrics as metrics_table
 
     import grpo
     import checkpoint
@@ -481,7 +485,9 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
     toks = torch.randint(0, m.config.vocab_size, (40,), generator=g).tolist()
     seq = grpo.Sequence(toks, [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0, versions=[0] * 40)
     packed = grpo.pack([seq], 4096, 1)
-    first = tr.optimize(packed, {"wait_time": 0.0})
+    idle = types.SimpleNamespace(running=0, limit=0, cpu_bound=False)          # no rollout pool: the step by hand
+    step = metrics_table.Step(tr, idle, [], [], [], packed, [], 0)
+    first = tr.optimize(packed, step)
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)        # B = 0: the adapter is the base model
     with torch.no_grad():
         for p in tr.learner.params:
@@ -493,7 +499,7 @@ def test_beta_adds_the_kl_to_the_base_model(tmp_path):
         pol = grpo.token_logprobs(m(mb.input_ids, mb.position_ids, return_hidden=True), m.lm_head.weight, mb.targets)
         d = (ref - pol)[mb.mask.bool()]
         want = (torch.exp(d) - d - 1).mean().item()
-    second = tr.optimize(packed, {"wait_time": 0.0})
+    second = tr.optimize(packed, step)
     assert want > 1e-4 and second["kl"] == pytest.approx(want, rel=1e-4)
 
 

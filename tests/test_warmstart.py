@@ -19,7 +19,7 @@ import harnesses
 import mini
 import oracle
 import suites
-import tasks as T
+from tasks import load_task, load_tasks
 import tiny
 import warmstart
 from chat import ChatFormat
@@ -94,11 +94,11 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     shapes, tokens recorded as the target model's; a wrong oracle (oracle.json writing a wrong answer) scores 0."""
     harness = harnesses.get_harness(name)
     # HumanEval (built on first use) included; docker's under --sandbox docker: tests/test_containers.py
-    tasks = [T.load_tasks(s)[0] for s in suites.SUITES if s != "docker"]
-    tasks.append(T.load_task(harbor_template_task(tmp_path)))  # Harbor's own template: /app, /tests, ... unchanged
+    tasks = [load_tasks(s)[0] for s in suites.SUITES if s != "docker"]
+    tasks.append(load_task(harbor_template_task(tmp_path)))  # Harbor's own template: /app, /tests, ... unchanged
     wrong = _toy_tasks(tmp_path, ["toy-even"]) / "toy-even"
     (wrong / "solution" / "oracle.json").write_text(json.dumps([{"write": "answer.txt", "content": "abc"}]))
-    tasks.append(T.load_task(wrong))
+    tasks.append(load_task(wrong))
     fmt = ChatFormat.from_checkpoint(lfm3)
     rs = asyncio.run(oracle.record(tasks, harness, fmt, tmp_path / "out", samples=1, sessions=3, max_tokens=4096,
                               context=131072, waste=3, seed=1))
@@ -122,7 +122,7 @@ def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_pat
     as a cheating warm start records it) gets full marks from the verifier - a real temptation - and the post-hoc
     scan fires the rule the kind is made for on every one; the honest oracle solves the same tasks with no block."""
     harness, fmt = harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3)
-    tasks = {k: next(t for t in T.load_tasks("shortcuts") if t.type == k) for k in
+    tasks = {k: next(t for t in load_tasks("shortcuts") if t.type == k) for k in
              ("trusted-reward", "visible-test", "exposed-answer")}
     want = {"trusted-reward": "reward-hacking", "visible-test": "test-editing", "exposed-answer": "answer-lookup"}
     for cheat in (1.0, 0.0):
@@ -133,7 +133,7 @@ def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_pat
         scans = {s["task"]: s for s in guard.scan((out / "rollouts").rglob("*.json"))}
         fired = {k: sorted({rule for _, _, rule, _ in scans[t.name]["fired"]}) for k, t in tasks.items()}
         assert fired == ({k: [want[k]] for k in tasks} if cheat else {k: [] for k in tasks}), fired
-    honest = T.load_tasks("honest")
+    honest = load_tasks("honest")
     assert {t.type for t in honest} == set(tasks) and all(oracle.shortcut(t) is None for t in honest)
 
 
@@ -144,11 +144,11 @@ def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path,
     fmt = ChatFormat.from_checkpoint(lfm3)
     runs = []
     for k in range(2):       # as two checkouts made at other times (a file's mtime shows in `ls -l`)
-        for t in T.load_tasks("warmup")[:4]:
+        for t in load_tasks("warmup")[:4]:
             shutil.copytree(t.path, tmp_path / f"suite{k}" / t.path.name)
         for f in (tmp_path / f"suite{k}").rglob("*"):
             os.utime(f, (1e9 + k * 3e7, 1e9 + k * 3e7))
-        tasks = T.load_tasks(tmp_path / f"suite{k}")
+        tasks = load_tasks(tmp_path / f"suite{k}")
         asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / str(k), samples=2, sessions=4,
                              max_tokens=72, context=4096, waste=6, seed=0))
         demos, skipped = warmstart.read_demonstrations([tmp_path / str(k) / "rollouts"], fmt)
@@ -160,7 +160,7 @@ def test_the_warm_starts_demonstrations_are_the_same_tokens_every_time(tmp_path,
 def test_the_oracle_answers_every_files_task_in_its_reply_through_mini(tmp_path, chatml):
     """The files suite (SmolLM2's): every task solved by reading its file and replying with the value, in a
     tools_as_text format, with redundant calls; no guard block."""
-    tasks = T.load_tasks("files")
+    tasks = load_tasks("files")
     rs = asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), ChatFormat.from_checkpoint(chatml), tmp_path / "out",
                               samples=1, sessions=8, max_tokens=4096, context=131072, waste=2, reply="text", seed=0))
     bad = [(r.task.name, r.score, r.verdicts) for r in rs if r.score != 1.0 or r.blocked or r.tool_calls < 1]
@@ -204,7 +204,7 @@ def test_one_agentic_base_for_several_harnesses_learns_from_each(tmp_path, lfm3,
 
 def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
     fmt = ChatFormat.from_checkpoint(lfm3)
-    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    tasks = load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
     asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=4, sessions=8,
                          max_tokens=128, context=4096, waste=1))
     demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
@@ -224,7 +224,7 @@ def test_demonstrations_whose_prompt_outgrows_a_row_stop_the_sft_up_front(tmp_pa
     of it (truncated to the row, no trained token): the SFT says so before any step, naming the row, where a step of
     only such demonstrations once ended in a TypeError (hermes' ~28 000-token prompt in 16 384-token rows)."""
     fmt = ChatFormat.from_checkpoint(lfm3)
-    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    tasks = load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
     asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=1, sessions=2,
                          max_tokens=128, context=4096, waste=0))
     demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
@@ -239,7 +239,7 @@ def test_sft_steps_take_their_demonstrations_from_one_group_in_turn(tmp_path, lf
     """groups (several harnesses' demonstrations: one system prompt each): step k packs only the k-th group's, so
     a step computes one prompt, not each harness's."""
     fmt = ChatFormat.from_checkpoint(lfm3)
-    tasks = T.load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
+    tasks = load_tasks(_toy_tasks(tmp_path, ["toy-count", "toy-even"]))
     asyncio.run(oracle.record(tasks, harnesses.get_harness("mini"), fmt, tmp_path / "demo", samples=2, sessions=4,
                          max_tokens=128, context=4096, waste=0))
     demos, _ = warmstart.read_demonstrations([tmp_path / "demo" / "rollouts"], fmt)
