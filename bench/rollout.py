@@ -11,6 +11,8 @@
       against the numbers the pools start from (harnesses.Harness.cost; rollout.Fit then measures as it runs).
 
     python bench/rollout.py [--sessions 48] [--requests 20] [--harnesses mini,pi,opencode,hermes] [--only a|b|c]
+
+(c) also takes `pi:system-node`: pi on the system's node without the compile cache, as it ran before (Pi's doc).
 """
 import argparse
 import asyncio
@@ -192,20 +194,22 @@ def main():
     ap.add_argument("--cost-of", help=argparse.SUPPRESS)      # (c) for one harness, in a process of its own
     args = ap.parse_args()
     if args.cost_of:
-        n, cpu, start, turn, turns, peak = asyncio.run(session_cost(args.cost_of))
-        print(f"    {args.cost_of:<10}{n:>9}{cpu:>8.2f}{start:>9.2f}{turn:>9.3f}{turns:>7.1f}{peak:>10.0f}"
-              f"{str(harnesses.get_harness(args.cost_of).cost):>14}")
+        if args.cost_of == "pi:system-node":         # pi as it ran before it had its own Node: the system's, no cache
+            harnesses.node_package = lambda: None
+        n, cpu, start, turn, turns, peak = asyncio.run(session_cost(args.cost_of.split(":")[0]))
+        print(f"    {args.cost_of:<16}{n:>9}{cpu:>8.2f}{start:>9.2f}{turn:>9.3f}{turns:>7.1f}{peak:>10.0f}"
+              f"{str(harnesses.get_harness(args.cost_of.split(':')[0]).cost):>14}")
         return
     if args.only in (None, "a"):
         asyncio.run(overhead(args))
     if args.only in (None, "c"):
         print("(c) what a session costs, per harness: toy tasks played by the oracle, one session at a time, under "
               "the default sandbox (CPU of the session's own processes; compare harnesses.Harness.cost)")
-        print(f"    {'':<10}{'sessions':>9}{'CPU s':>8}{'start s':>9}{'per turn':>9}{'turns':>7}{'peak MiB':>10}"
+        print(f"    {'':<16}{'sessions':>9}{'CPU s':>8}{'start s':>9}{'per turn':>9}{'turns':>7}{'peak MiB':>10}"
               f"{'cost now':>14}")
         for name in args.harnesses.split(","):     # one process each
             out = subprocess.run([sys.executable, __file__, "--cost-of", name], capture_output=True, text=True)
-            print(out.stdout.rstrip() or f"    {name:<10} unavailable: {out.stderr.strip()[-300:]}")
+            print(out.stdout.rstrip() or f"    {name:<16} unavailable: {out.stderr.strip()[-300:]}")
     if args.only in (None, "b"):
         boxes = ["dir"] + (["bwrap"] if SB.bwrap_works()[0] else [])
         print("(b) start to first chat request, per harness (median of 3, alternating), seconds")

@@ -55,11 +55,12 @@ def test_get_harness_knows_the_four_and_names_them_when_asked_for_another():
 
 def test_install_dir_is_pinned_and_follows_the_cache_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path))
-    assert harnesses.get_harness("pi").install_dir() == tmp_path / "pi-0.73.1"
+    assert harnesses.get_harness("pi").install_dir() == tmp_path / f"pi-0.73.1+node{harnesses.NODE}"
     assert harnesses.get_harness("opencode").install_dir() == tmp_path / "opencode-1.18.33"
     assert harnesses.get_harness("hermes").install_dir() == tmp_path / "hermes-0.19.0"
     monkeypatch.delenv("HARNESS_RL_CACHE")
-    assert harnesses.get_harness("pi").install_dir() == Path.home() / ".cache/harness-rl/harnesses/pi-0.73.1"
+    pi = f".cache/harness-rl/harnesses/pi-0.73.1+node{harnesses.NODE}"
+    assert harnesses.get_harness("pi").install_dir() == Path.home() / pi
 
 
 @pytest.mark.parametrize("name", list(harnesses.HARNESSES))
@@ -89,8 +90,10 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
     assert json.loads((agent / "settings.json").read_text())["compaction"] == {"reserveTokens": 2048}
     assert (agent / "models.json").stat().st_mode & 0o077 == 0          # the secret is not world-readable
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
-    assert launch.argv[0].endswith("node_modules/.bin/pi") and launch.argv[-1] == PROMPT
-    assert launch.argv[1:6] == ["-p", "--provider", harnesses.PROVIDER, "--model", MODEL]
+    assert launch.argv[0].endswith(f"node_modules/{harnesses.node_package()}/bin/node") and launch.argv[-1] == PROMPT
+    assert launch.argv[1].endswith("pi-coding-agent/dist/cli.js")
+    assert launch.argv[2:7] == ["-p", "--provider", harnesses.PROVIDER, "--model", MODEL]
+    assert launch.env["NODE_COMPILE_CACHE"] == str(h.install_dir() / "node-compile-cache")
     assert {"--no-extensions", "--no-skills", "--no-prompt-templates", "--no-themes", "--no-context-files"} <= set(
         launch.argv)
     assert launch.env["PI_OFFLINE"] == "1" and launch.env["PI_SKIP_VERSION_CHECK"] == "1"
