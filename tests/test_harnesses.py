@@ -3,6 +3,7 @@ driven one-shot against a scripted OpenAI-compatible server (integration: `pytho
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +99,17 @@ def test_pi_writes_models_and_settings_and_runs_offline(sandbox):
         launch.argv)
     assert launch.env["PI_OFFLINE"] == "1" and launch.env["PI_SKIP_VERSION_CHECK"] == "1"
     assert launch.stdin is None
+
+
+def test_pi_falls_back_to_the_system_node_where_npm_has_no_build(sandbox, monkeypatch, tmp_path):
+    monkeypatch.setattr(harnesses, "node_package", lambda: None)
+    monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path))
+    h = harnesses.Pi()
+    assert h.install_dir() == tmp_path / "pi-0.73.1"                  # the install it always had
+    npm, warm = h.install_commands(h.install_dir())
+    assert not any(str(a).startswith("node-") for a in npm) and warm[-1] == "--help"
+    launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
+    assert launch.argv[0] == (shutil.which("node") or "node") and launch.argv[2] == "-p"
 
 
 def test_opencode_writes_config_preseeds_the_plugin_and_makes_work_a_git_repo(sandbox):
@@ -445,6 +457,30 @@ def test_real_harness_runs_our_tool_call_and_sends_the_result_back(real, sandbox
     assert all(c["body"].get("stream") is True for c in chats)       # all three stream
     if real.name in ("pi", "opencode"):                              # no title or other side request
         assert len(chats) == 2 and all(c["body"].get("tools") for c in chats), [c["body"] for c in chats]
+
+
+@pytest.mark.integration
+def test_pi_runs_on_its_own_node_from_the_compile_cache_made_at_install(sandbox, tmp_path):
+    """The install wrote V8's compile cache; a session reads it and, read-only as in the sandbox, writes nothing."""
+    if not harnesses.node_package():
+        pytest.skip("npm has no Node build for this machine: pi runs on the system's node")
+    h = harnesses.get_harness("pi")
+    try:
+        root = h.install()
+    except harnesses.InstallError as e:
+        pytest.skip(f"pi could not be installed: {str(e)[-300:]}")
+    cache = root / h.CACHE
+    entries = sorted(p for p in cache.rglob("*") if p.is_file())
+    assert len(entries) > 100, "the install made no compile cache"
+    out = subprocess.run([h.node(), "--version"], capture_output=True, text=True).stdout.strip()
+    assert out == f"v{harnesses.NODE}"
+    before = {p: p.stat().st_mtime_ns for p in entries}
+    launch = h.launch("hi", sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
+    h.prepare(sandbox["home"], sandbox["work"], sandbox["tmp"], f"http://127.0.0.1:{free_port()}/v1", SECRET, MODEL,
+              max_tokens=64, context=65536)
+    p = subprocess.run(launch.argv, env=launch.env, cwd=sandbox["work"], capture_output=True, text=True, timeout=60)
+    assert "Connection error" in p.stdout + p.stderr, p.stderr[-500:]        # it ran to its first request
+    assert {q: q.stat().st_mtime_ns for q in cache.rglob("*") if q.is_file()} == before   # every module was cached
 
 
 @pytest.mark.integration
