@@ -1,11 +1,11 @@
 """The coding-agent harnesses a rollout runs in: pi, opencode and hermes (real, unmodified, pinned) and `mini`
 (the small built-in agent, the separate program mini.py). Facts behind every setting: shared/harnesses.md.
 
-Per harness (`HARNESSES[name]`): `install()` puts the pinned release in the cache once (npm; hermes: a venv), locked,
-a marker file written last; `prepare()` writes the rollout's config into HOME (proxy URL, secret, max_tokens and
-context, every offline / quiet setting); `launch()` gives the one-shot command, run with cwd = the work dir, and its
-COMPLETE environment, from a minimal base: nothing of the caller's (API keys) leaks in. `succeeded()` is the exit
-code, but hermes exits 0 when the API fails: its usage file decides. CLI: `python harnesses.py install [NAME ...]`;
+Per harness (`HARNESSES[name]`): `install()` puts the pinned release in the cache once (npm, pi with a Node of its
+own; hermes: a venv), locked, a marker file written last; `prepare()` writes the rollout's config into HOME (proxy
+URL, secret, max_tokens and context, every offline / quiet setting); `launch()` gives the one-shot command, run
+with cwd = the work dir, and its COMPLETE environment, from a minimal base: nothing of the caller's (API keys) leaks
+in. `succeeded()` is the exit code, but hermes exits 0 when the API fails: its usage file decides. CLI: `python harnesses.py install [NAME ...]`;
 it also installs what is not a harness the same way (`INSTALLS`: vLLM's CPU build, Harbor's task model, Harbor's
 environments in their own venv).
 
@@ -194,8 +194,9 @@ def _find_python(lo=(3, 11), hi=(3, 14), who="hermes") -> str:
 
 class Pi(Harness):
     """pi runs on its own Node (NODE, installed beside it from npm; the system's node where npm has no build for
-    this machine) with V8's compile cache, written once at install by `pi --help` and read-only in the sandbox: a
-    session starts on 0.51 CPU s instead of 0.80 (Node 20, no cache; bench/rollout.py --only c)."""
+    this machine) with V8's compile cache, written once at install by `pi --help` and read-only in the sandbox (shared
+    writable, one rollout could plant code in the next): a session costs 0.75 CPU s instead of 0.94 on Node 20 with
+    no cache (bench/rollout.py --only c, `pi:system-node` beside it)."""
     name, release, package = "pi", "0.73.1", "@mariozechner/pi-coding-agent"
     cost = (2.4, 205)
     CACHE = "node-compile-cache"     # in the install
