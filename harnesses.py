@@ -6,8 +6,8 @@ own; hermes: a venv), locked, a marker file written last; `prepare()` writes the
 URL, secret, max_tokens and context, every offline / quiet setting); `launch()` gives the one-shot command, run
 with cwd = the work dir, and its COMPLETE environment, from a minimal base: nothing of the caller's (API keys) leaks
 in. `succeeded()` is the exit code, but hermes exits 0 when the API fails: its usage file decides. CLI: `python
-harnesses.py install [NAME ...]`; it also installs what is not a harness the same way (`INSTALLS`: vLLM's CPU build, Harbor's task model, Harbor's
-environments in their own venv).
+harnesses.py install [NAME ...]`; it also installs what is not a harness the same way (`INSTALLS`: vLLM's CPU
+build, Harbor's task model, Harbor's environments in their own venv).
 
 Left out: the sandbox, process group, timeout and proxy (rollout.py); transcripts (the proxy records every turn);
 versions other than the pinned ones; Windows. pi and hermes get the prompt as an argument (so at most 128 KiB); one
