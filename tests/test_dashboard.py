@@ -134,7 +134,8 @@ def test_the_dashboard_wants_its_token(run):
             async with aiohttp.ClientSession() as s:
                 for name, path in (("page", ""), ("runs", "api/runs"), ("rollouts", "api/rollouts?run=0"),
                                    ("report", "report?run=0&path=eval/result.json")):
-                    for how, q in (("none", ""), ("wrong", "?token=x" + token[1:]), ("header", "")):
+                    wrong = ("y" if token[0] == "x" else "x") + token[1:]       # one character off, never the token
+                    for how, q in (("none", ""), ("wrong", "?token=" + wrong), ("header", "")):
                         hdr = {"Authorization": f"token {token}"} if how == "header" else {}
                         async with s.get(base + path + (q if "?" not in path else q.replace("?", "&")), headers=hdr) as r:
                             out[name, how] = r.status
