@@ -206,6 +206,21 @@ def train(base, demos, out, *, rank, alpha, lr, steps, batch, token_budget, micr
 
 # ----------------------------------------------------------------------------- the cached agentic base
 
+PROGRESS_S = 30      # the warm start's progress: a line at most this often (and its first and last)
+
+
+def _every(seconds):
+    """A function that says whether `seconds` have passed since it last said so (the first call: yes)."""
+    last = [-float("inf")]
+
+    def due():
+        if time.monotonic() - last[0] < seconds:
+            return False
+        last[0] = time.monotonic()
+        return True
+    return due
+
+
 def _digest(*paths):
     h = hashlib.sha256()
     for root in paths:
@@ -245,12 +260,19 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     work = Path(checkpoint.cache_root()) / f".{path.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        rollouts = []
+        rollouts, due = [], _every(PROGRESS_S)
         for h in harnesses:      # one after another: each harness's sessions get the whole machine
+            done = []
+
+            def progress(g, h=h, done=done):
+                done += g.rollouts
+                if due() or len(done) == len(tasks) * samples:
+                    log(f"  oracle through {h}: {len(done) // samples}/{len(tasks)} tasks, {len(done)} rollouts, "
+                        f"{sum(r.score == 1.0 and not r.blocked for r in done)} solved ({time.time() - t0:.0f} s)")
             rollouts += asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
                                              sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                              waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
-                                             cheat=warm.get("cheat", 0.0)))
+                                             cheat=warm.get("cheat", 0.0), log=progress))
         solved = sum(r.score == 1.0 and not r.blocked for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
@@ -265,8 +287,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
                   groups=[h for h, (ds, _) in zip(harnesses, read) for _ in ds] if len(harnesses) > 1 else None,
-                  merged=tmp / "model", recompute=recompute, log=lambda s: log("  " + s) if any(
-                      f" {k}/{warm['steps']} " in s for k in (1, warm["steps"] // 2, warm["steps"])) else None)
+                  merged=tmp / "model", recompute=recompute, log=lambda s: log("  " + s) if due() or any(
+                      f" {k}/{warm['steps']} " in s for k in (1, warm["steps"])) else None)
             for f in (tmp / "model").iterdir():
                 f.rename(tmp / f.name)
             (tmp / "model").rmdir()

@@ -515,6 +515,7 @@ def test_main_job_learns(tmp_path, env):
                        capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "warm start (first use" in p.stdout and "agentic base ready" in p.stdout, p.stdout[:2000]
+    assert "oracle through mini: 48/48 tasks, 192 rollouts" in p.stdout, p.stdout[:2000]    # its progress lines
     ms = metrics(tmp_path / "runs" / "main")
     assert [m["step"] for m in ms] == list(range(1, 25))
     q = lambda key, part: [m[key] for m in part if m[key] is not None]     # noqa: E731

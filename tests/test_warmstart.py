@@ -175,10 +175,16 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
         shutil.copytree(suites.DATA / "files" / n, suite / n)
     warm = dict(suite=str(suite), samples=1, waste=1, reply="text", sessions=3, steps=2, batch=2, lr=1e-3, rank=4,
                 alpha=8, token_budget=8192, micro_batches=1)
-    kw = dict(max_tokens=4096, context=8192, log=lambda s: None)
+    lines = []
+    kw = dict(max_tokens=4096, context=8192, log=lines.append)
     path = warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw)
     made = json.loads((path / "warm_start.json").read_text())
     assert made["tasks"] == ["files-city-02", "files-config-02"] and made["demonstrations"] == 2
+    # its progress: the oracle's first group and its last, the SFT's first step and its last (and a line each 30 s)
+    oracle = [x.split(" solved")[0] for x in lines if "oracle through" in x]
+    sft = [x.split("|")[0].strip() for x in lines if "sft step" in x]
+    assert oracle == [f"  oracle through mini: {k}/2 tasks, {k} rollouts, {k}" for k in (1, 2)], lines
+    assert sft == ["sft step    1/2", "sft step    2/2"], lines
     assert warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **kw) == path      # cached
     assert warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-city-02"], **kw) != path     # another split
     with pytest.raises(ValueError, match="no warm-up task"):
