@@ -265,10 +265,11 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             done = []
 
             def progress(g, h=h, done=done):
-                done += g.rollouts
-                if due() or len(done) == len(tasks) * samples:
-                    log(f"  oracle through {h}: {len(done) // samples}/{len(tasks)} tasks, {len(done)} rollouts, "
-                        f"{sum(r.score == 1.0 and not r.blocked for r in done)} solved ({time.time() - t0:.0f} s)")
+                done.append(g.rollouts)
+                if due() or len(done) == len(tasks):
+                    log(f"  oracle through {h}: {len(done)}/{len(tasks)} tasks, {sum(map(len, done))} rollouts, "
+                        f"{sum(r.score == 1.0 and not r.blocked for g in done for r in g)} solved "
+                        f"({time.time() - t0:.0f} s)")
             rollouts += asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
                                              sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                              waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,

@@ -516,8 +516,7 @@ def test_main_job_learns(tmp_path, env):
                        capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "warm start (first use" in p.stdout and "agentic base ready" in p.stdout, p.stdout[:2000]
-    done = re.search(r"oracle through mini: (\d+)/\1 tasks, (\d+) rollouts", p.stdout)      # its progress lines
-    assert done and int(done[2]) == 4 * int(done[1]) and " 200/200 " in p.stdout, p.stdout[:2000]
+    assert re.search(r"oracle through mini: (\d+)/\1 tasks", p.stdout) and " 200/200 " in p.stdout, p.stdout[:2000]
     ms = metrics(tmp_path / "runs" / "main")
     assert [m["step"] for m in ms] == list(range(1, 25))
     q = lambda key, part: [m[key] for m in part if m[key] is not None]     # noqa: E731
