@@ -290,6 +290,12 @@ class Hermes(Harness):
     cost = (5.0, 105)        # RSS: its process (shared/harnesses.md); the bench's machine-wide peak read 66
     USAGE = "hermes-usage.json"      # in the sandbox tmp
     MIN_CONTEXT = 64000              # hermes refuses a smaller context_length
+    # Its default (coding) posture declares 26 tools - browser, vision, web, memory, skills, past-session search,
+    # delegation, ... - ~27 000 of its ~31 000 prompt tokens in the tiny vocabulary. A rollout runs the toolsets that
+    # work in its sandbox (no network, no browser, no vision model, no state kept from one session to the next), as
+    # pi runs without its extensions and skills: terminal (terminal, process) and file (read_file, write_file, patch,
+    # search_files). None: hermes' own default. In the agentic base's key (warmstart.py).
+    TOOLSETS = "terminal,file"
 
     def install_commands(self, root):
         python = _find_python()
@@ -319,7 +325,8 @@ class Hermes(Harness):
             "agent": {"api_max_retries": 1}}))
 
     def launch(self, prompt, home, work, tmp, rollout_id, model):
-        argv = [self.bin(), "-z", _safe_prompt(prompt), "--usage-file", str(Path(tmp) / self.USAGE)]
+        argv = [self.bin(), "-z", _safe_prompt(prompt), *(("-t", self.TOOLSETS) if self.TOOLSETS else ()),
+                "--usage-file", str(Path(tmp) / self.USAGE)]
         env = self.env(home, tmp, HERMES_HOME=Path(home) / ".hermes", HERMES_DISABLE_LAZY_INSTALLS=1)
         return Launch(argv, env, None)
 

@@ -247,7 +247,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
-    key = json.dumps([key, harness, warm, max_tokens, VERSION], sort_keys=True)
+    tools = {h: get_harness(h).TOOLSETS for h in harnesses if getattr(get_harness(h), "TOOLSETS", None)}
+    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([tools] if tools else []), sort_keys=True)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = checkpoint.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():

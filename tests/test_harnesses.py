@@ -148,7 +148,8 @@ def test_hermes_writes_a_yaml_config_hermes_accepts(sandbox):
                  "security": {"allow_lazy_installs": False}, "agent": {"api_max_retries": 1}}
     launch = h.launch(PROMPT, sandbox["home"], sandbox["work"], sandbox["tmp"], RID, MODEL)
     assert launch.argv[0].endswith("venv/bin/hermes") and "--version" not in launch.argv
-    assert launch.argv[1:] == ["-z", PROMPT, "--usage-file", str(sandbox["tmp"] / "hermes-usage.json")]
+    assert launch.argv[1:] == ["-z", PROMPT, "-t", "terminal,file", "--usage-file",
+                               str(sandbox["tmp"] / "hermes-usage.json")]
     assert launch.env["HERMES_HOME"] == str(sandbox["home"] / ".hermes")
     assert launch.env["HERMES_DISABLE_LAZY_INSTALLS"] == "1" and launch.stdin is None
 
