@@ -91,6 +91,7 @@ class Harness:
     (2-core CPU); the rollout pools start from it (pool.Fit), then measure."""
     name = release = package = ""   # release: the pinned version of the harness package
     cost = (1.0, 256)
+    SORTED_ARGUMENTS = False        # it sends past tool calls back with their arguments' keys sorted (oracle.py)
 
     def __init__(self):
         self.root = None         # the install directory, once install() ran (else the default location)
@@ -296,6 +297,9 @@ class Hermes(Harness):
     # pi runs without its extensions and skills: terminal (terminal, process) and file (read_file, write_file, patch,
     # search_files). None: hermes' own default. In the agentic base's key (warmstart.py).
     TOOLSETS = "terminal,file"
+    # it re-serializes every past call's arguments with sorted keys before each request (agent/conversation_loop.py):
+    # the oracle writes its calls so, and a demonstration's history stays token for token one sequence
+    SORTED_ARGUMENTS = True
 
     def install_commands(self, root):
         python = _find_python()

@@ -208,8 +208,10 @@ class OracleServer:
     """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
     lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
 
-    def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0):
+    def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0,
+                 sort_keys=False):
         self.fmt, self.lookup, self.waste, self.reply, self.seed = fmt, lookup, waste, reply, seed
+        self.sort_keys = sort_keys      # arguments in the order the harness sends them back (hermes: sorted)
         self.cheat = cheat
         self.sandbox, self.api_key = sandbox, api_key
         self.useful, self.lock = {}, threading.Lock()
@@ -255,7 +257,8 @@ class OracleServer:
             reply = {"role": "assistant", "content": todo[k]["reply"] if call is None else None}
             if call is not None:
                 reply["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                                        "function": {"name": call[0], "arguments": json.dumps(call[1])}}]
+                                        "function": {"name": call[0],
+                                                     "arguments": json.dumps(call[1], sort_keys=self.sort_keys)}}]
             prompt = self.fmt.render(messages, tools=tools, add_generation_prompt=True)
             ids = self.fmt.completion(messages, reply, tools)
         except (TaskError, ValueError) as e:
@@ -300,7 +303,7 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
-                   sandbox=sandbox, cheat=cheat)
+                   sandbox=sandbox, cheat=cheat, sort_keys=harness.SORTED_ARGUMENTS)
     client = servers.Client(handle.url, handle.api_key)
     proxy = box["proxy"] = Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
                                  guard=not cheat if guard is None else guard)

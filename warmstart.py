@@ -247,8 +247,9 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
-    tools = {h: get_harness(h).TOOLSETS for h in harnesses if getattr(get_harness(h), "TOOLSETS", None)}
-    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([tools] if tools else []), sort_keys=True)
+    posture = {h: [getattr(get_harness(h), "TOOLSETS", None), get_harness(h).SORTED_ARGUMENTS] for h in harnesses}
+    posture = {h: p for h, p in posture.items() if any(p)}     # (none for mini and pi: the key they always had)
+    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([posture] if posture else []), sort_keys=True)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = checkpoint.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():

@@ -113,6 +113,9 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     demos, skipped = warmstart.read_demonstrations(files, fmt)
     assert len(demos) == len(tasks) - 1 and skipped == {"score": 1}
     assert not any(d.rerendered for d in demos)        # recorded in the target's format
+    # the history comes back token for token: one sequence a demonstration (hermes sorts past calls' arguments, so
+    # its oracle writes them sorted)
+    assert [len(grpo.build_sequences(d.turns, 1.0)) for d in demos] == [1] * len(demos), name
 
 
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
