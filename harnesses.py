@@ -92,6 +92,7 @@ class Harness:
     name = release = package = ""   # release: the pinned version of the harness package
     cost = (1.0, 256)
     SORTED_ARGUMENTS = False        # it sends past tool calls back with their arguments' keys sorted (oracle.py)
+    TOOLSETS = None                 # hermes: the toolsets it runs (-t); None: the harness's own
 
     def __init__(self):
         self.root = None         # the install directory, once install() ran (else the default location)

@@ -247,7 +247,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
-    posture = {h: [getattr(get_harness(h), "TOOLSETS", None), get_harness(h).SORTED_ARGUMENTS] for h in harnesses}
+    posture = {h: [get_harness(h).TOOLSETS, get_harness(h).SORTED_ARGUMENTS] for h in harnesses}
     posture = {h: p for h, p in posture.items() if any(p)}     # (none for mini and pi: the key they always had)
     key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([posture] if posture else []), sort_keys=True)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
