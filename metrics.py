@@ -73,13 +73,17 @@ METRICS = [
     Metric("timed_out", "timed out", "{}", doc="graded rollouts that ran out of the task's agent timeout after the "
            "model had answered: graded as the work dir was left (a policy that loops earns its 0; the timeout counts "
            "the agent's own time, not its requests' at the server)", of=lambda s: sum(r.timed_out for r in s.graded)),
+    Metric("harness_failed", "", lambda v, m: f"harness failed {v}" if v else None, doc="graded rollouts whose "
+           "harness exited failing after the model had answered (hermes: no final answer): graded as the work dir "
+           "was left, as Harbor verifies after a NonZeroAgentExitCodeError", of=lambda s: sum(
+               r.harness_failed for r in s.graded)),
     Metric("dropped_stale", "stale", "{}", "stale", "rollouts dropped: begun more than --max-staleness versions ago",
            lambda s: len({x.rollout for x in s.stale})),
     Metric("ungraded", "ungraded", "{}", "ungraded", "rollouts that could not be graded (left out of the baseline)",
            lambda s: len(s.rollouts) - len(s.graded)),
-    Metric("ungraded_by", "", _why, "ungraded", "why: timeout (before any model reply: the server's), harness (exit), "
-           "server (error), verifier, setup, cancelled (at shutdown), other", lambda s: dict(collections.Counter(
-               r.failure or "other" for r in s.rollouts if r.reward is None))),
+    Metric("ungraded_by", "", _why, "ungraded", "why: timeout (before any model reply: the server's), harness (its "
+           "exit, before any model reply), server (error), verifier, setup, cancelled (at shutdown), other",
+           lambda s: dict(collections.Counter(r.failure or "other" for r in s.rollouts if r.reward is None))),
     Metric("no_signal", doc="groups the estimator gave no advantage (nothing to learn from that task this time)",
            of=lambda s: s.no_signal),
     Metric("tokens", "| tokens", "{}", doc="tokens computed this step (a group's shared prompt once)",

@@ -1,8 +1,8 @@
 """Rollouts inside real harnesses: one rollout in its sandbox, what it records (`Rollout`, `Turn`), its ATIF trajectory.
 
 `run_rollout`: a fresh sandbox, the harness, then the verifier; a crash, a server error or a timeout before any model
-reply leaves the rollout ungraded (score None), a later timeout is graded as the work dir was left (Harbor's rule);
-the agent timeout counts the agent's own time, not the time its requests wait at the model server. A no-network
+reply leaves the rollout ungraded (score None), a later timeout or harness failure is graded as the work dir was left
+(Harbor's rule); the agent timeout counts the agent's own time, not its requests' wait at the model server. A no-network
 task's agent gets its own network namespace (relay.py); under --sandbox docker every agent is in its task's own
 container (containers.py), its proxy through the same relay; under harbor:<type> in Harbor's own environment
 (harborenv.py), the same relay where it runs here, else the proxy's URL as the sandbox reaches it (--proxy-url). The
@@ -73,6 +73,7 @@ class Rollout:
     pid: int | None = None             # the harness's process (and process group) id
     timed_out: bool = False
     over_disk: bool = False            # stopped: its files passed their bound on disk (graded as left, as a timeout)
+    harness_failed: bool = False       # its harness exited failing after the model answered (graded as left)
     score: float | None = None
     reason: str = ""
     reward: float | None = None        # set by the pool's reward function (train.py's), never here
@@ -196,6 +197,11 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
         stopped = r.timed_out or r.over_disk
         ok, why = (bool(r.turns), f"{cut} before any model reply") if stopped else \
             await asyncio.to_thread(harness.succeeded, r.exit_code, home, tmp)
+        if not ok and not stopped and r.turns:
+            # it failed after the model had answered (hermes -z exits 1 when the policy leaves it no final answer):
+            # the agent's own failure, graded as the work dir was left, as Harbor verifies after a
+            # NonZeroAgentExitCodeError (trial/single_step.py). A server error still leaves it ungraded (r.errors).
+            r.harness_failed, cut, stopped, ok = True, f"the harness failed: {why}", True, True
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
             r.failure = r.failure or ("timeout" if r.timed_out else "harness")
@@ -332,8 +338,8 @@ def to_atif(r: Rollout, harness_release="", model_name=POLICY) -> dict:
             "extra": {"task": r.task.name, "group": r.group, "start_version": r.start_version, "score": r.score,
                       "reward": r.reward, "reason": r.reason, "failure": r.failure, "tool_calls": r.tool_calls,
                       "verdicts": r.verdicts, "errors": r.errors, "exit_code": r.exit_code,
-                      "timed_out": r.timed_out, "aux_requests": r.aux_requests, "guard_context": r.guard_context,
-                      "seconds": round(r.finished - r.started, 3)}}
+                      "timed_out": r.timed_out, "harness_failed": r.harness_failed, "aux_requests": r.aux_requests,
+                      "guard_context": r.guard_context, "seconds": round(r.finished - r.started, 3)}}
 
 
 def _text(content):

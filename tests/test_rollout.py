@@ -216,6 +216,18 @@ def test_an_agent_whose_own_commands_overrun_is_timed_out(tmp_path):
     assert 3 <= time.monotonic() - t0 < 15 and r.model_time() < 1
 
 
+@pytest.mark.parametrize("first", [SOLVE + "; ", ""])
+def test_a_harness_that_fails_after_the_model_answered_is_graded_as_left(tmp_path, first):
+    """The policy's command kills its own harness (mini exits -9 mid-session: hermes' `no final response` exit 1 is
+    the same case): the agent's failure, graded as the work dir was left - solved or not - as Harbor verifies
+    after a NonZeroAgentExitCodeError. The same exit before any model reply is still ungraded."""
+    r = asyncio.run(one(tmp_path, "mini", Upstream(command=first + "kill -9 $PPID")))
+    assert r.exit_code not in (0, None) and r.harness_failed and not r.errors and r.failure == ""
+    assert r.score == (1.0 if first else 0.0) and r.reason.startswith("the harness failed: exit code")
+    assert "(graded as left)" in r.reason and gone(r.pid)
+    assert not rollout.to_atif(r)["extra"]["timed_out"] and rollout.to_atif(r)["extra"]["harness_failed"]
+
+
 def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
     need_bwrap()
     up = Upstream(command=[SOLVE, "touch /etc/harness-rl-escape; echo $? > exit.txt"])
