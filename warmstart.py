@@ -233,14 +233,14 @@ def _digest(*paths):
 
 def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recompute=False, log=print) -> Path:
     """The agentic base of checkpoint `raw` for `harness` (a name, or several: one base for all of them, as the
-    recipe's three trainers share one model; each harness demonstrates every warm-up task samples / len(harness)
-    times, at least once), made on first use and cached beside it. warm: the recipe row's warm start (suite, samples,
+    recipe's three trainers share one model; each harness demonstrates every warm-up task samples times and gets
+    steps SFT steps of its own, as its own base would), made on first use and cached beside it. warm: the recipe row's warm start (suite, samples,
     waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches); held_out: the run's held-out task names,
     never demonstrated (excluded from warm["suite"]); recompute: the SFT's activation checkpointing (not in the key:
     it changes the memory, not the base)."""
     harnesses = [harness] if isinstance(harness, str) else list(dict.fromkeys(harness))
     harness = harnesses[0] if len(harnesses) == 1 else harnesses      # one harness: the key it always had
-    samples = max(1, round(warm["samples"] / len(harnesses)))
+    samples, steps = warm["samples"], warm["steps"] * len(harnesses)      # each harness what its own base has
     held_out = set(held_out)
     tasks = [t for t in load_tasks(warm["suite"]) if t.name not in held_out]
     if not tasks:
@@ -249,7 +249,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
     posture = {h: [get_harness(h).TOOLSETS, get_harness(h).SORTED_ARGUMENTS] for h in harnesses}
     posture = {h: p for h, p in posture.items() if any(p)}     # (none for mini and pi: the key they always had)
-    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([posture] if posture else []), sort_keys=True)
+    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([posture] if posture else []) +
+                     ([{"steps": steps}] if len(harnesses) > 1 else []), sort_keys=True)     # (it shared them)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = checkpoint.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
@@ -287,16 +288,16 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         read = [read_demonstrations([work / h / "rollouts"], fmt, context=context) for h in harnesses]
         demos, skipped = [d for ds, _ in read for d in ds], sum((k for _, k in read), collections.Counter())
         with checkpoint.atomic_dir(path, replace=True) as tmp:
-            train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=warm["steps"],
+            train(raw, demos, work / "sft", rank=warm["rank"], alpha=warm["alpha"], lr=warm["lr"], steps=steps,
                   batch=warm["batch"], token_budget=warm["token_budget"], micro_batches=warm["micro_batches"], seed=0,
                   groups=[h for h, (ds, _) in zip(harnesses, read) for _ in ds] if len(harnesses) > 1 else None,
                   merged=tmp / "model", recompute=recompute, log=lambda s: log("  " + s) if due() or any(
-                      f" {k}/{warm['steps']} " in s for k in (1, warm["steps"])) else None)
+                      f" {k}/{steps} " in s for k in (1, steps)) else None)
             for f in (tmp / "model").iterdir():
                 f.rename(tmp / f.name)
             (tmp / "model").rmdir()
             (tmp / "warm_start.json").write_text(json.dumps({"from": str(raw), "harness": harness, **warm,
-                                                             "samples_per_harness": samples,
+                                                             "samples_per_harness": samples, "sft_steps": steps,
                                                              "demonstrations": len(demos), "skipped": skipped,
                                                              "tasks": sorted(t.name for t in tasks)}, indent=1))
     finally:

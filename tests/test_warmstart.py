@@ -196,8 +196,9 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
 
 @pytest.mark.integration
 def test_one_agentic_base_for_several_harnesses_learns_from_each(tmp_path, lfm3, monkeypatch):
-    """`--harness mini,pi`'s warm start: one base, demonstrated through both harnesses (samples split between
-    them, at least one each), cached under both names, apart from either harness's own base."""
+    """`--harness mini,pi`'s warm start: one base, demonstrated through both harnesses (each as its own base:
+    samples demonstrations a task, steps SFT steps of its own), cached under both names, apart from either
+    harness's own base."""
     monkeypatch.setenv("HARNESS_RL_CACHE", str(tmp_path / "cache"))
     suite = tmp_path / "files"
     for n in ("files-city-02", "files-config-02"):
@@ -207,8 +208,8 @@ def test_one_agentic_base_for_several_harnesses_learns_from_each(tmp_path, lfm3,
     kw = dict(max_tokens=4096, context=16384, log=lambda s: None)
     both = warmstart.agentic_base(lfm3, ["mini", "pi"], warm, **kw)
     made = json.loads((both / "warm_start.json").read_text())
-    assert "mini+pi" in both.name and made["harness"] == ["mini", "pi"] and made["samples_per_harness"] == 1
-    assert made["demonstrations"] == 4 and both != warmstart.agentic_base(lfm3, "mini", warm, **kw)
+    assert "mini+pi" in both.name and made["harness"] == ["mini", "pi"] and made["samples_per_harness"] == 2
+    assert made["demonstrations"] == 8 and made["sft_steps"] == 4 and both != warmstart.agentic_base(lfm3, "mini", warm, **kw)
 
 
 def test_sft_on_oracle_trajectories_makes_the_tiny_model_call_a_tool(tmp_path, lfm3):
