@@ -83,13 +83,16 @@ def summarize(rollouts):
             "tool_calls": mean_or_none([r["tool_calls"] for r in graded]),
             "tool_calls_solved": mean_or_none([r["tool_calls"] for r in graded if r["score"] == 1.0]),
             "blocked": sum(r["blocked"] for r in rollouts), "ungraded": len(rollouts) - len(graded),
-            "timed_out": sum(bool(r.get("timed_out")) for r in graded),     # graded: scored as the work dir was left
+            # graded, scored as the work dir was left: out of the agent timeout, or the harness failed after replies
+            "timed_out": sum(bool(r.get("timed_out")) for r in graded),
+            "harness_failed": sum(bool(r.get("harness_failed")) for r in graded),
             "ungraded_by": dict(sorted(why.items()))}
 
 
 def _why(s):
     why = f" ({', '.join(f'{k} {v}' for k, v in s['ungraded_by'].items())})" if s["ungraded_by"] else ""
-    return f"{s['ungraded']}{why}" + (f"; {s['timed_out']} timed out, graded" if s.get("timed_out") else "")
+    left = [f"{s[k]} {w}" for k, w in (("timed_out", "timed out"), ("harness_failed", "harness failed")) if s.get(k)]
+    return f"{s['ungraded']}{why}" + (f"; {', '.join(left)}, graded" if left else "")
 
 
 def table(rep) -> str:
@@ -320,6 +323,7 @@ async def evaluate(args):
                     results.append({"model": m, "task": g.task.name, "source": g.task.source, "type": g.task.type,
                                     "sample": r.index, "score": r.score, "reward": r.reward, "tool_calls": r.tool_calls,
                                     "blocked": r.blocked, "reason": r.reason, "failure": r.failure,
+                                    "timed_out": r.timed_out, "harness_failed": r.harness_failed,
                                     "turns": len(r.turns),
                                     "prompt_tokens": len(r.turns[0].prompt_ids) if r.turns else 0,
                                     "answer": r.final_message[:300], "errors": [str(e)[:300] for e in r.errors]})

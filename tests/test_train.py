@@ -301,8 +301,10 @@ def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
     assert m == statistics.mean(xs) and abs(lo - (m - h)) < 1e-12 and abs(hi - (m + h)) < 1e-12
     assert eval.mean_interval([0.5]) == (0.5, (0.5, 0.5)) and eval.mean_interval([]) == (None, (0.0, 0.0))
     s = eval.summarize([{"score": 1.0, "tool_calls": 2, "blocked": False}, {"score": 0.5, "tool_calls": 4, "blocked": True},
-                     {"score": None, "tool_calls": 0, "blocked": False}])
+                     {"score": None, "tool_calls": 0, "blocked": False, "failure": "server"},
+                     {"score": 0.0, "tool_calls": 3, "blocked": False, "harness_failed": True}])
     assert s["tool_calls_solved"] == 2 and s["tool_calls"] == 3 and s["blocked"] == 1 and s["ungraded"] == 1
+    assert eval._why(s) == "1 (server 1); 1 harness failed, graded" and s["timed_out"] == 0
 
 
 def test_concurrent_checkpoint_saves_from_trainer_threads(tmp_path):
