@@ -201,7 +201,8 @@ async def run_rollout(r: Rollout, harness, proxy, root, *, max_tokens, context, 
             # it failed after the model had answered (hermes -z exits 1 when the policy leaves it no final answer):
             # the agent's own failure, graded as the work dir was left, as Harbor verifies after a
             # NonZeroAgentExitCodeError (trial/single_step.py). A server error still leaves it ungraded (r.errors).
-            r.harness_failed, cut, stopped, ok = True, f"the harness failed: {why}", True, True
+            cut = f"the harness failed: {why} ({_tail(box / 'harness.log', 200).strip()})"
+            r.harness_failed, stopped, ok = True, True, True
         if not ok:
             r.errors.append(f"harness: {why}; log: {_tail(box / 'harness.log')}")
             r.failure = r.failure or ("timeout" if r.timed_out else "harness")

@@ -228,6 +228,27 @@ def test_a_harness_that_fails_after_the_model_answered_is_graded_as_left(tmp_pat
     assert not rollout.to_atif(r)["extra"]["timed_out"] and rollout.to_atif(r)["extra"]["harness_failed"]
 
 
+@pytest.mark.integration
+def test_hermes_left_without_a_final_answer_is_graded_as_left(tmp_path):
+    """The real hermes' exit 1 seen in training: a tool call cut at max_tokens (finish `length`), hermes asks for
+    the rest, and the two parts make one `<tool_call>` block the server did not parse; hermes strips such blocks
+    from its final answer, has none left and exits 1 (`hermes -z: no final response was produced`). The policy's
+    failure: graded (0 here), not dropped."""
+    need("hermes")
+    parts = iter([("<tool_call>\n<function=write_file>\n<parameter=content>\n4", "length"),
+                  ("2\n</parameter>\n<parameter=path>\nanswer.txt\n</parameter>\n</function>\n</tool_call>", "stop")])
+
+    def cut(out):
+        if out["choices"][0]["finish_reason"] != "stop" or out["choices"][0]["message"]["content"] == "done":
+            text, finish = next(parts, ("done", "stop"))
+            out["choices"][0].update(message={"role": "assistant", "content": text, "tool_calls": []},
+                                     finish_reason=finish)
+    up = Upstream(mutate=cut)
+    r = asyncio.run(one(tmp_path, "hermes", up, timeout=120))
+    assert r.exit_code == 1 and r.harness_failed and r.failure == "" and len(r.turns) == 2, (r.reason, r.errors)
+    assert r.score == 0.0 and "no final response was produced" in r.reason and r.tool_calls == 0
+
+
 def test_bwrap_sandbox_runs_the_harness_read_only_outside_its_dirs(tmp_path):
     need_bwrap()
     up = Upstream(command=[SOLVE, "touch /etc/harness-rl-escape; echo $? > exit.txt"])
