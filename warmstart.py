@@ -236,9 +236,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     recipe's three trainers share one model; each harness demonstrates every warm-up task samples times and gets
     steps SFT steps of its own, as its own base would), made on first use and cached beside it. warm: the recipe
     row's warm start (suite, samples, waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches);
-    held_out: the run's held-out task names,
-    never demonstrated (excluded from warm["suite"]); recompute: the SFT's activation checkpointing (not in the key:
-    it changes the memory, not the base)."""
+    held_out: the run's held-out task names, never demonstrated (excluded from warm["suite"]); recompute: the SFT's
+    activation checkpointing (not in the key: it changes the memory, not the base)."""
     harnesses = [harness] if isinstance(harness, str) else list(dict.fromkeys(harness))
     harness = harnesses[0] if len(harnesses) == 1 else harnesses      # one harness: the key it always had
     samples, steps = warm["samples"], warm["steps"] * len(harnesses)      # each harness what its own base has
