@@ -302,7 +302,8 @@ def test_what_an_agent_leaves_for_its_verifier_is_gone_or_overwritten(request, t
 
 def test_a_deep_tree_and_a_log_flood_end_their_own_rollout_only(docker, tmp_path, monkeypatch):
     """3 000 nested dirs in HOME (deeper than Python's recursion) are removed with the rollout; output flooding the
-    harness's log stops at its bound - the rollout ends, and run_rollout returns (a raise would lose its group)."""
+    harness's log stops at its bound - the rollout ends, and run_rollout returns (a raise would lose its group): the
+    harness failed after the model answered, so the flooder earns its 0 (graded as left)."""
     deep = "python3 -c \"\nimport os\nos.chdir('/home/agent')\nfor i in range(3000):\n    os.mkdir('d'); os.chdir('d')\""
     r, _ = _rollout(tmp_path, f"{deep}; echo 42 > answer.txt")
     assert r.score == 1.0 and not (tmp_path / "sandboxes" / r.id).exists(), r.reason
@@ -314,7 +315,7 @@ def test_a_deep_tree_and_a_log_flood_end_their_own_rollout_only(docker, tmp_path
     r = asyncio.run(one(tmp_path / "flood", "mini", Upstream(command=flood), task=task, sandbox="docker", guard=False,
                         keep=True))
     log = tmp_path / "flood" / "sandboxes" / r.id / "harness.log"
-    assert log.stat().st_size <= 4 << 20 and r.score is None, (log.stat().st_size, r.reason)
+    assert log.stat().st_size <= 4 << 20 and r.score == 0.0 and r.harness_failed, (log.stat().st_size, r.reason)
 
 
 def test_public_rollouts_have_networks_of_their_own_and_every_sandbox_shares_one_bound(docker, tmp_path):
