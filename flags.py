@@ -191,9 +191,13 @@ def effective_config(args, *, shared, recipes) -> dict:
     cfg = recipe_config(args.model, args.recipe, shared=shared, recipes=recipes)
     cfg.update({k: v for k, v in vars(args).items() if v is not None and k not in ("resume", "recipe", "no_warm_start",
                                                                                   "model", "plan")})
-    for k, v in recipes[cfg["recipe"]].get("per_harness", {}).get(cfg["harness"], {}).items():
-        if getattr(args, k, None) is None:       # the row's numbers for this harness alone, unless given
-            cfg[k] = v
+    per = recipes[cfg["recipe"]].get("per_harness", {})       # the row's numbers for a harness, unless given
+    own = {h: {k: v for k, v in per.get(h.partition(":")[0], {}).items() if getattr(args, k, None) is None}
+           for h in (h.strip() for h in cfg["harness"].split(",") if h.strip())}
+    if len(own) == 1:
+        cfg.update(*own.values())
+    elif any(own.values()):       # several trainers: each its own (Trainer.cfg)
+        cfg["per_trainer"] = {h: o for h, o in own.items() if o}
     if args.no_warm_start:
         cfg["warm_start"] = None
     validate(cfg)

@@ -270,7 +270,7 @@ async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     await tr.proxy.start(port=cfg["proxy_port"] + k if cfg.get("proxy_port") else 0,
                          public=dict(enumerate((cfg.get("proxy_url") or "").split(","))).get(k))
     pool = RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
-                         max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
+                         max_sessions=tr.cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
                          context=cfg["context"], reward=recipe.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
                          rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False), fit=fit)
     pool.start()

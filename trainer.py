@@ -49,7 +49,8 @@ class Trainer:
     counts real changes); `served`, the newest version the server has loaded, is what new requests use."""
 
     def __init__(self, spec, learner, cfg, run_dir, tasks, client, server=None, report=lambda m: None):
-        self.name, self.learner, self.cfg, self.run_dir = trainer_name(spec), learner, cfg, run_dir
+        self.name, self.learner, self.run_dir = trainer_name(spec), learner, run_dir
+        self.cfg = {**cfg, **cfg.get("per_trainer", {}).get(spec, {})}    # its harness's own numbers in the row
         self.client, self.server, self.report = client, server, report   # server: the embedded one, in this process
         self.harness = harnesses.get_harness(spec.partition(":")[0])
         self.step, self.cursor, self.served = 0, 0, None

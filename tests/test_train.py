@@ -224,14 +224,21 @@ def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
 
 
 def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
-    """The tiny row's per_harness: pi alone runs 5 groups a step (--sessions 40); mini, several harnesses and a
-    --sessions given on the command line keep theirs; config.json never carries the table's per_harness."""
+    """The tiny row's per_harness: pi runs 5 groups a step (--sessions 40), alone or as one trainer of several;
+    mini, opencode and a --sessions given on the command line keep theirs; config.json never carries the table's
+    per_harness, only a run of several trainers its trainers' own numbers."""
     import train
+    from trainer import Trainer
     cfg = lambda *a: recipe.effective_config(train.parse_args(["--model", "tiny", *a]))      # noqa: E731
-    assert cfg("--harness", "pi")["sessions"] == 40
-    assert cfg()["sessions"] == cfg("--harness", "pi,opencode")["sessions"] == recipe.TINY["sessions"] == 32
+    assert cfg("--harness", "pi")["sessions"] == cfg("--harness", "pi:system-node")["sessions"] == 40
+    assert cfg()["sessions"] == cfg("--harness", "opencode")["sessions"] == recipe.TINY["sessions"] == 32
     assert cfg("--harness", "pi", "--sessions", "16")["sessions"] == 16
-    assert "per_harness" not in cfg("--harness", "pi")
+    assert "per_harness" not in cfg("--harness", "pi") and "per_trainer" not in cfg("--harness", "pi")
+    several = cfg("--harness", "pi,opencode")
+    assert several["sessions"] == 32 and several["per_trainer"] == {"pi": {"sessions": 40}}
+    made = {h: Trainer(h, None, several, Path("."), [], None).cfg["sessions"] for h in ("pi", "opencode")}
+    assert made == {"pi": 40, "opencode": 32}
+    assert "per_trainer" not in cfg("--harness", "pi,opencode", "--sessions", "16")
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
