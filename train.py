@@ -262,7 +262,8 @@ def start_server(cfg, path, model, mode, device, specs, run_dir, kv_cache=0):
 
 async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     """A trainer's proxy and rollout pool, once its first version is served (no rollout asks for a missing one).
-    fit: the run's pool.Fit (None: --sessions exactly). k: its index (its --proxy-port and --proxy-url)."""
+    cfg: the trainer's own (Trainer.cfg). fit: the run's pool.Fit (None: --sessions exactly). k: its index (its
+    --proxy-port and --proxy-url)."""
     tr.proxy = proxy.Proxy(tr.client, tr.adapter, {"temperature": cfg["temperature"], "top_p": cfg["top_p"],
                                                "max_tokens": cfg["max_tokens"]}, guard=cfg["guard"] == "on")
     tr.learner.snap = parallel.call(tr.learner.snapshot)
@@ -270,7 +271,7 @@ async def start_pool(tr, cfg, run_dir, sandbox, fit=None, k=0):
     await tr.proxy.start(port=cfg["proxy_port"] + k if cfg.get("proxy_port") else 0,
                          public=dict(enumerate((cfg.get("proxy_url") or "").split(","))).get(k))
     pool = RolloutPool(tr.harness, tr.proxy, tr.next_task, lambda: tr.served, run_dir / "sandboxes" / tr.name,
-                         max_sessions=tr.cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
+                         max_sessions=cfg["sessions"], group_size=cfg["group_size"], max_tokens=cfg["max_tokens"],
                          context=cfg["context"], reward=recipe.rollout_reward(cfg), sandbox=sandbox, name=tr.name,
                          rollouts_dir=run_dir / "rollouts" / tr.name, keep=cfg.get("keep_sandboxes", False), fit=fit)
     pool.start()
@@ -338,7 +339,7 @@ async def run(cfg, resume=False, kv=None):
         fit = Fit.machine(model_on_cpu=device == "cpu") if cfg["fit"] == "on" and not (
             cfg["server"] == "vllm" and device == "cpu") else None
         for k, t in enumerate(trainers):
-            pools.append(await start_pool(t, cfg, run_dir, sandbox, fit, k))
+            pools.append(await start_pool(t, t.cfg, run_dir, sandbox, fit, k))
         print(f"run {run_dir}: {cfg['model']} on {device}, harness {', '.join(specs)}, sandbox {sandbox}, server "
               f"{handle.url}, {len(train_tasks)} train tasks, {cfg['steps']} steps, loss {cfg['loss']}", flush=True)
 
