@@ -224,6 +224,10 @@ def validate(cfg, prog="train.py"):
         if cfg.get(k) is not None and not ok(cfg[k]):
             raise SystemExit(f"{prog}: --{k.replace('_', '-')} must be {want() if callable(want) else want}, "
                              f"got {cfg[k]!r}")
+    for h, own in (cfg.get("per_trainer") or {}).items():      # a run of several: each trainer's own numbers
+        if not isinstance(own, dict) or own.keys() - KNOBS.keys():
+            raise SystemExit(f"{prog}: per_trainer[{h!r}] must map settings to values, got {own!r}")
+        validate({**cfg, **own, "per_trainer": None}, f"{prog} ({h})")
     if cfg["max_tokens"] >= cfg["context"]:
         raise SystemExit(f"{prog}: --max-tokens ({cfg['max_tokens']}) must be below --context ({cfg['context']}): "
                          "the prompt needs room too")

@@ -227,6 +227,7 @@ def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
     """The tiny row's per_harness: pi runs 5 groups a step (--sessions 40), alone or as one trainer of several;
     mini, opencode and a --sessions given on the command line keep theirs; config.json never carries the table's
     per_harness, only a run of several trainers its trainers' own numbers."""
+    import flags
     import train
     from trainer import Trainer
     cfg = lambda *a: recipe.effective_config(train.parse_args(["--model", "tiny", *a]))      # noqa: E731
@@ -239,6 +240,10 @@ def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
     made = {h: Trainer(h, None, several, Path("."), [], None).cfg["sessions"] for h in ("pi", "opencode")}
     assert made == {"pi": 40, "opencode": 32}
     assert "per_trainer" not in cfg("--harness", "pi,opencode", "--sessions", "16")
+    for bad, says in (({"pi": {"sessions": 0}}, "(pi): --sessions must be"), ({"pi": "x"}, "per_trainer['pi']"),
+                      ({"pi": {"nope": 1}}, "per_trainer['pi']")):       # a hand-edited config.json, on --resume
+        with pytest.raises(SystemExit, match=re.escape(says)):
+            flags.validate({**several, "per_trainer": bad})
 
 
 def test_eval_two_adapters_and_base_on_the_toy_holdout(tmp_path, env):
