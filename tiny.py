@@ -285,19 +285,31 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
         for k, t in model.state_dict(keep_vars=True).items():
             if k == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
-            t.copy_(_tiny_init(k, t.shape, g, embed=0.1 if model_type == "lfm2" else 0.3))
+            t.copy_(_tiny_init(k, t.shape, g, **INIT.get(model_type, {})))
     save_file({k: v.contiguous() for k, v in checkpoint.hf_state_dict(model).items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
+    if model_type in INIT_VERSION:
+        cfg_d["tiny_init"] = INIT_VERSION[model_type]
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
 
 
-def _tiny_init(k, shape, g, embed=0.3):
+# A tied LFM2 (no sandwich norm) starts with its final hidden state close to its last token's embedding, whose own
+# logit then grows as embed * hidden_size: at 0.3 and 128 wide it repeats that token with p > 0.99999 (no two
+# rollouts differ), so its embeddings are 0.1. A final norm of that scale caps every logit as low, and an agentic
+# base torn between three tool names put 30 % of its mass on noise there (its calls broke: base reward ~0.02).
+# Its final norm's weights are random in sign instead (3x): no pull to the last token at init (top p ~0.3), and
+# three times the contrast to learn (the same base: 0.6 % noise, reward ~0.1; docs/serving.md).
+INIT = {"lfm2": dict(embed=0.1, final_norm=3.0)}
+INIT_VERSION = {"lfm2": 2}      # in config.json as "tiny_init": a cached checkpoint of another version is rewritten
+
+
+def _tiny_init(k, shape, g, embed=0.3, final_norm=None):
+    if final_norm and k == "model.embedding_norm.weight":
+        return final_norm * torch.randn(shape, generator=g)
     if k.endswith("norm.weight"):      # (layernorm.weight too)
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
     if k.endswith("embed_tokens.weight") or k == "lm_head.weight":    # logits can get peaked, as real ones do
-        # (a tied LFM2's last token's own logit grows as embed * hidden_size: at 0.3 and 128 wide it repeats that
-        # token with p > 0.99999, no two rollouts differ; at 0.1, top p ~0.1)
         return embed * torch.randn(shape, generator=g)
     scale = 0.3 if k.endswith("conv.conv.weight") else 0.02 if k.endswith(".bias") else 0.05
     return scale * torch.randn(shape, generator=g)
@@ -325,15 +337,24 @@ def model_path(model, seed=0) -> Path:
                                     f"{', '.join([*TINY_MODELS, *checkpoint.MODEL_REPOS, *checkpoint.GGUF_MODELS])}) or a Hugging Face "
                                     "repo id (org/name)")
         return checkpoint.resolve_model(model)
-    path = checkpoint.cache_root() / f"tiny-{TINY_MODELS[model]}"
-    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
+    family = TINY_MODELS[model]
+    path = checkpoint.cache_root() / f"tiny-{family}"
+    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()) or \
+            _init_version(path / "config.json") != INIT_VERSION.get(family):
         try:
             with checkpoint.atomic_dir(path, replace=True) as tmp:
-                write_tiny_checkpoint(tmp, TINY_MODELS[model], seed=seed)
+                write_tiny_checkpoint(tmp, family, seed=seed)
         except OSError as e:
             raise checkpoint.CheckpointError(f"model {model!r}: cannot write its tiny checkpoint to {path} ({e}); set "
                                     "HARNESS_RL_CACHE to a writable directory") from None
     return path
+
+
+def _init_version(config):
+    try:
+        return json.loads(config.read_text()).get("tiny_init")
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"     # (rewritten)
 
 
 if __name__ == "__main__":   # python tiny.py [model_type] [out_dir]: write one, load it back, print its size
