@@ -169,8 +169,8 @@ def save_checkpoint(run_dir, trainers, alone=False):
     dir and the newer must land last. alone: rank 0's state without the other ranks (DDP: it holds all of it)."""
     with CHECKPOINT_LOCK:
         with trainers[0].learner.lock:
-            state = copy.deepcopy({"trainers": {t.name: t.state(alone) for t in trainers}, "rng": {
-                "torch": torch.get_rng_state(), "python": random.getstate()}})
+            state = copy.deepcopy({"trainers": {t.name: t.state(alone) for t in trainers}, "base": trainers[0].base,
+                                   "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}})
         rundir.write_checkpoint(run_dir, state)
 
 
@@ -300,6 +300,10 @@ async def run(cfg, resume=False, kv=None):
         print(warning, file=sys.stderr, flush=True)
     # 3. The base (a warm start's agentic base, built first: one for every harness of the run), the learners, the server
     path = await asyncio.to_thread(warmstart.base_path, cfg, [n.partition(":")[0] for n in specs], held_out)
+    if resume and st.get("base") and Path(st["base"]).name != path.name:     # (a cache moved keeps its names)
+        raise rundir.ResumeError(f"--resume {run_dir}: its adapters were trained on {st['base']}, and the base is now "
+                                 f"{path} (the warm start or the tiny checkpoint changed since); they would go on "
+                                 "training on another model: start a new --run")
     config = checkpoint.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
         kv = plan.check(cfg, config)

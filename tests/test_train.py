@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 import lora
 import rundir
@@ -162,6 +163,24 @@ def test_a_run_without_a_checkpoint_is_refused_and_left_as_it_is(killed_run, tmp
                           env=killed_run["env"], capture_output=True, text=True, timeout=300)
     assert gone.returncode != 0 and "no usable checkpoint" in gone.stderr and "Traceback" not in gone.stderr
     assert (run / "metrics.jsonl").read_text() == lines
+
+
+def test_a_run_trained_on_another_base_is_refused_on_resume(killed_run, tmp_path):
+    """A checkpoint records the base its adapters trained on; when the base a start would use has another name (a
+    warm start or tiny checkpoint changed since), --resume is refused, naming both, before any step."""
+    run = tmp_path / "demo"
+    shutil.copytree(killed_run["run"], run)
+    state = torch.load(run / "checkpoint" / "state.pt", weights_only=False)
+    assert Path(state["base"]).name == "tiny-lfm3"
+    state["base"] = str(Path(state["base"]).with_name("tiny-lfm3-agentic-mini-0123456789"))
+    torch.save(state, run / "checkpoint" / "state.pt")
+    lines = (run / "metrics.jsonl").read_text()
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "13"], cwd=ROOT,
+                       env=killed_run["env"], capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert "trained on" in p.stderr and "tiny-lfm3-agentic-mini-0123456789" in p.stderr and "start a new --run" in \
+        p.stderr, p.stderr
+    assert (run / "metrics.jsonl").read_text() == lines and not (run / "adapters" / "mini-v13").exists()
 
 
 def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):
