@@ -33,6 +33,20 @@ class ResumeError(Exception):
     """--resume cannot go on (no usable checkpoint, a finished or clashing run): the message says why."""
 
 
+def same_base(trained, build, what):
+    """The base to go on with adapters that trained on `trained` (a checkpoint's "base"; None: not recorded): that
+    folder while it is there, else build() (the base a start makes now) - refused when its name differs, as it is
+    then another model."""
+    if trained and (Path(trained) / "config.json").is_file():
+        return Path(trained)
+    path = Path(build())
+    if trained and Path(trained).name != path.name:
+        raise ResumeError(f"{what}: the adapters trained on {trained}, which is gone, and the base would now be "
+                          f"{path} (its checkpoint, revision or warm start changed since) - another model; start a "
+                          "new run, or put that folder back")
+    return path
+
+
 class RunInUse(ResumeError):
     """Another live process holds the run dir (its lock): nothing of it may be touched."""
 

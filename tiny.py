@@ -288,8 +288,6 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
             t.copy_(_tiny_init(k, t.shape, g, **INIT.get(model_type, {})))
     save_file({k: v.contiguous() for k, v in checkpoint.hf_state_dict(model).items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
-    if model_type in INIT_VERSION:
-        cfg_d["tiny_init"] = INIT_VERSION[model_type]
     (d / "config.json").write_text(json.dumps(cfg_d, indent=2) + "\n")
     return d
 
@@ -301,7 +299,7 @@ def write_tiny_checkpoint(dir, model_type="lfm3", seed=0, **config_overrides) ->
 # Its final norm's weights are random in sign instead (3x): no pull to the last token at init (top p ~0.3), and
 # three times the contrast to learn (the same base: 0.6 % noise, reward ~0.1; docs/serving.md).
 INIT = {"lfm2": dict(embed=0.1, final_norm=3.0)}
-INIT_VERSION = {"lfm2": 2}      # in config.json as "tiny_init": a cached checkpoint of another version is rewritten
+INIT_VERSION = {"lfm2": 2}      # the cached folder's name: tiny-lfm2-init2 (the one before stays for its runs)
 
 
 def _tiny_init(k, shape, g, embed=0.3, final_norm=None):
@@ -322,8 +320,9 @@ TINY_MODELS = {"tiny": "lfm3", "tiny-lfm2": "lfm2"}       # --model name -> the 
 
 def model_path(model, seed=0) -> Path:
     """The checkpoint folder of --model, as train.py, eval.py and serve.py take it: a name in TINY_MODELS is
-    `<cache>/tiny-<family>`, written (seed `seed`) on first use in one rename, so a killed first use leaves
-    nothing half-written; anything else goes to checkpoint.resolve_model (folders, GGUF, the HF cache)."""
+    `<cache>/tiny-<family>` (`-init<N>` after its init changed), written (seed `seed`) on first use in one rename,
+    so a killed first use leaves nothing half-written; anything else goes to checkpoint.resolve_model (folders,
+    GGUF, the HF cache)."""
     model = str(model)
     if model not in TINY_MODELS:
         p = Path(os.path.expanduser(model))
@@ -338,9 +337,9 @@ def model_path(model, seed=0) -> Path:
                                     "repo id (org/name)")
         return checkpoint.resolve_model(model)
     family = TINY_MODELS[model]
-    path = checkpoint.cache_root() / f"tiny-{family}"
-    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()) or \
-            _init_version(path / "config.json") != INIT_VERSION.get(family):
+    path = checkpoint.cache_root() / (f"tiny-{family}" + (f"-init{INIT_VERSION[family]}" if family in INIT_VERSION
+                                                          else ""))
+    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
         try:
             with checkpoint.atomic_dir(path, replace=True) as tmp:
                 write_tiny_checkpoint(tmp, family, seed=seed)
@@ -348,13 +347,6 @@ def model_path(model, seed=0) -> Path:
             raise checkpoint.CheckpointError(f"model {model!r}: cannot write its tiny checkpoint to {path} ({e}); set "
                                     "HARNESS_RL_CACHE to a writable directory") from None
     return path
-
-
-def _init_version(config):
-    try:
-        return json.loads(config.read_text()).get("tiny_init")
-    except (OSError, ValueError, AttributeError):
-        return "unreadable"     # (rewritten)
 
 
 if __name__ == "__main__":   # python tiny.py [model_type] [out_dir]: write one, load it back, print its size

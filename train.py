@@ -299,11 +299,9 @@ async def run(cfg, resume=False, kv=None):
     if warning:
         print(warning, file=sys.stderr, flush=True)
     # 3. The base (a warm start's agentic base, built first: one for every harness of the run), the learners, the server
-    path = await asyncio.to_thread(warmstart.base_path, cfg, [n.partition(":")[0] for n in specs], held_out)
-    if resume and st.get("base") and Path(st["base"]).name != path.name:     # (a cache moved keeps its names)
-        raise rundir.ResumeError(f"--resume {run_dir}: its adapters were trained on {st['base']}, and the base is now "
-                                 f"{path} (the warm start or the tiny checkpoint changed since); they would go on "
-                                 "training on another model: start a new --run")
+    # (on --resume, the one its adapters trained on)
+    path = await asyncio.to_thread(rundir.same_base, st and st.get("base"), lambda: warmstart.base_path(
+        cfg, [n.partition(":")[0] for n in specs], held_out), f"--resume {run_dir}")
     config = checkpoint.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
         kv = plan.check(cfg, config)

@@ -165,22 +165,32 @@ def test_a_run_without_a_checkpoint_is_refused_and_left_as_it_is(killed_run, tmp
     assert (run / "metrics.jsonl").read_text() == lines
 
 
-def test_a_run_trained_on_another_base_is_refused_on_resume(killed_run, tmp_path):
-    """A checkpoint records the base its adapters trained on; when the base a start would use has another name (a
-    warm start or tiny checkpoint changed since), --resume is refused, naming both, before any step."""
-    run = tmp_path / "demo"
+def test_a_resumed_run_goes_on_with_the_base_it_trained_on_or_is_refused(killed_run, tmp_path):
+    """A checkpoint records the base its adapters trained on (one from before the record: not checked).
+    --resume goes on with that folder while it is there, whatever a start would build now; when it is gone and
+    the base a start builds has another name (a warm start or tiny checkpoint changed since), it is refused."""
+    run, env = tmp_path / "demo", killed_run["env"]
     shutil.copytree(killed_run["run"], run)
     state = torch.load(run / "checkpoint" / "state.pt", weights_only=False)
     assert Path(state["base"]).name == "tiny-lfm3"
-    state["base"] = str(Path(state["base"]).with_name("tiny-lfm3-agentic-mini-0123456789"))
+    state["base"] = str(tmp_path / "gone" / "tiny-lfm3-agentic-mini-0123456789")
     torch.save(state, run / "checkpoint" / "state.pt")
     lines = (run / "metrics.jsonl").read_text()
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "13"], cwd=ROOT,
-                       env=killed_run["env"], capture_output=True, text=True, timeout=300)
+                       env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
-    assert "trained on" in p.stderr and "tiny-lfm3-agentic-mini-0123456789" in p.stderr and "start a new --run" in \
+    assert "trained on" in p.stderr and "tiny-lfm3-agentic-mini-0123456789" in p.stderr and "start a new run" in \
         p.stderr, p.stderr
     assert (run / "metrics.jsonl").read_text() == lines and not (run / "adapters" / "mini-v13").exists()
+    # the folder it trained on, still there under another name than a start's base: the run goes on with it
+    kept = shutil.copytree(Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3", tmp_path / "kept" / "tiny-lfm3-before")
+    state["base"] = str(kept)
+    torch.save(state, run / "checkpoint" / "state.pt")
+    p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "13"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert torch.load(run / "checkpoint" / "state.pt", weights_only=False)["base"] == str(kept)
+    assert [m["step"] for m in metrics(run) if m["trainer"] == "mini"][-1] == 13
 
 
 def test_a_bad_latest_checkpoint_falls_back_to_the_one_before(tmp_path):

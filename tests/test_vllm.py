@@ -145,7 +145,7 @@ def test_train_publishes_versions_into_vllm_and_its_logprobs_are_model_pys(tmp_p
         assert f"Loaded new LoRA adapter: name 'mini-v{v}'" in log, f"mini-v{v} was never loaded"
     # outside the staleness window (1) and used by no request in flight: unloaded when a newer one is published
     assert "Removed LoRA adapter: name 'mini-v" in log
-    model = checkpoint.load_model(tmp_path / "cache" / "tiny-lfm2", dtype=torch.float32, device="cpu")
+    model = checkpoint.load_model(tmp_path / "cache" / "tiny-lfm2-init2", dtype=torch.float32, device="cpu")
     lora.add_lora(model, rank=8, alpha=16, adapters=())
     worst, turns, versions = 0.0, 0, set()
     for f in sorted((run / "rollouts").rglob("*.json")):
