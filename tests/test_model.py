@@ -462,6 +462,7 @@ def test_tiny_configs_carry_the_whole_real_key_layout(model_type, tmp_path):
     assert sorted(set(ref) - set(ours) - generic) == []
     assert ours["architectures"] == [families.FAMILIES[model_type].architecture]
 
+
 def test_the_tiny_lfm2_samples_freely_at_init_and_its_older_init_is_left_for_its_runs(tmp_path, monkeypatch):
     """--model tiny-lfm2: its tied embeddings do not make it repeat the last token at init, and its final norm lets
     its logits peak (tiny.INIT); it is cached under its init's name, so the checkpoint of the init before stays for
