@@ -7,7 +7,7 @@
     python eval.py --model tiny --adapters runs/t/adapters/{pi,opencode,hermes}-v{8,16,24}  # 9 adapters, 3 harnesses
 
 The numbers are the model's row in recipe.py's table unless a flag says otherwise. Held out means the run's own:
-adapters under runs/<name>/adapters/ are scored on that run's split.json, from the base that run started from.
+adapters under runs/<name>/adapters/ are scored on that run's split.json, from the base that run trained on.
 Every checkpoint is an adapter name on the same server, so all run as one batch of real harness rollouts (proxy,
 guard, verifier). A run's adapter runs in the harness it was trained in (`--harness`: every model in that one), and
 the base in each of those harnesses (rows `<model>@<harness>` when there are several), each adapter compared with
@@ -35,6 +35,7 @@ import hub
 import inference
 import lora
 import oracle
+import rundir
 from pool import RolloutPool
 from sandbox import SANDBOXES
 import servers
@@ -208,6 +209,7 @@ def run_split(adapters, seed):
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
         splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
+                     "base": m.get("base"),       # the folder its adapters trained on (train.py records it)
                      "harness": [h.strip().partition(":")[0] for h in str(c.get("harness") or "").split(",")
                                  if h.strip()],      # every harness of the run: its warm start's base
                      "trainers": {h.strip().replace(":", "-", 1): h.strip().partition(":")[0]     # train.trainer_name
@@ -219,6 +221,10 @@ def run_split(adapters, seed):
     for d, other in rest:
         if same(other) != same(m):
             raise ValueError(f"--adapters from runs split, warm-started or run differently: {first} and {d}")
+    if len({str(x["base"]) for x in splits.values() if x["base"]}) > 1:
+        raise ValueError("--adapters from runs on different bases: "
+                         + ", ".join(f"{d} on {x['base']}" for d, x in splits.items() if x["base"]))
+    m["base"] = next((x["base"] for x in splits.values() if x["base"]), None)
     if seed is not None and seed != m["seed"]:
         raise ValueError(f"--seed {seed}: the adapters' run {first} was split with seed {m['seed']}")
     print(f"eval.py: the held-out split of {first / 'split.json'} (seed {m['seed']}, {len(m['eval'])} held out)",
@@ -240,11 +246,15 @@ async def evaluate(args):
         cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
         cfg["suite"] = given.get("suite") or manifest["suite"] or cfg["suite"]
     held = split_manifest(load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
-    # the base a run starts from (the row's agentic base, when it has a warm start, made without the held-out
-    # tasks; for a run's adapters through that run's harness, whichever harness eval drives); the oracle needs
-    # only the model's chat format
+    # the base: the one a run's adapters trained on (its split.json's record, while that folder is there), else the
+    # one a run starts from (the row's agentic base when it has a warm start, made without the held-out tasks, for
+    # every harness of the adapters' run); the oracle needs only the model's chat format
+    trained = None if args.no_warm_start else (manifest or {}).get("base")
+    build = lambda: warmstart.base_path(cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])  # noqa
     path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
-        warmstart.base_path, cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])
+        rundir.same_base, trained, build, f"eval.py --adapters {args.adapters[0] if args.adapters else ''}")
+    if trained and Path(trained) == path:
+        print(f"eval.py: the base the adapters trained on, {path}", flush=True)
     if not args.recipe and cfg["recipe"] != args.model:
         print(f"eval.py: {args.model} has no row in recipe.py's table: {cfg['recipe']}'s numbers (harness "
               f"{cfg['harness']}, suite {cfg['suite']}, max tokens {cfg['max_tokens']}, context {cfg['context']}); "
@@ -407,7 +417,8 @@ def main(argv=None):
         args.split = None
     try:
         asyncio.run(evaluate(args))
-    except (checkpoint.CheckpointError, lora.AdapterError, TaskError, RuntimeError, ValueError) as e:
+    except (checkpoint.CheckpointError, lora.AdapterError, TaskError, RuntimeError, ValueError,
+            rundir.ResumeError) as e:
         sys.exit(f"eval.py: {e}")
 
 

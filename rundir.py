@@ -42,9 +42,20 @@ def same_base(trained, build, what):
     path = Path(build())
     if trained and Path(trained).name != path.name:
         raise ResumeError(f"{what}: the adapters trained on {trained}, which is gone, and the base would now be "
-                          f"{path} (its checkpoint, revision or warm start changed since) - another model; start a "
-                          "new run, or put that folder back")
+                          f"{path} (its checkpoint, revision or warm start changed since) - another model; put that "
+                          "folder back, or train anew")
     return path
+
+
+def record_base(run_dir, base):
+    """The base the run's adapters train on, beside its split in split.json: eval.py scores them on it (whatever a
+    start would build now). Rewritten whole (a kill leaves the old file or the new)."""
+    f = Path(run_dir) / "split.json"
+    split = json.loads(f.read_text())
+    if split.get("base") != str(base):
+        tmp = f.with_name("split.json.tmp")
+        tmp.write_text(json.dumps({**split, "base": str(base)}, indent=1))
+        os.replace(tmp, f)
 
 
 class RunInUse(ResumeError):
@@ -108,7 +119,8 @@ def remove_if_unstarted(run_dir):
     """Remove a new run's folder that holds only what a start writes (its config, split and lock): a run refused
     before its first step. Anything else there (a server log, a metrics line) keeps it."""
     run_dir = Path(run_dir)
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"config.json", "split.json", ".lock"}:
+    started = {"config.json", "split.json", "split.json.tmp", ".lock"}
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= started:
         for p in run_dir.iterdir():
             p.unlink()
         run_dir.rmdir()

@@ -302,6 +302,7 @@ async def run(cfg, resume=False, kv=None):
     # (on --resume, the one its adapters trained on)
     path = await asyncio.to_thread(rundir.same_base, st and st.get("base"), lambda: warmstart.base_path(
         cfg, [n.partition(":")[0] for n in specs], held_out), f"--resume {run_dir}")
+    rundir.record_base(run_dir, path)     # eval.py scores the run's adapters on it
     config = checkpoint.read_config(path)
     if kv is None:      # the model's config was not here before it was fetched: planned now
         kv = plan.check(cfg, config)

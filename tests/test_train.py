@@ -142,6 +142,7 @@ def test_two_trainers_killed_mid_run_resume_with_every_step_once(killed_run):
     split = json.loads((run / "split.json").read_text())            # the split trained on, with its rule
     assert split["holdout"] == {"counts": {"repo2rl": 40, "smoldata": 150}, "fraction": 0.15}
     assert split["counts"] == {"toy": {"train": 2, "eval": 1}}         # the length suite: 3 tasks
+    assert Path(split["base"]).name == "tiny-lfm3"                     # the base its adapters trained on
 
 
 def test_a_finished_run_says_so_and_a_changed_setting_is_refused_by_name(killed_run):
@@ -179,7 +180,7 @@ def test_a_resumed_run_goes_on_with_the_base_it_trained_on_or_is_refused(killed_
     p = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(run), "--steps", "13"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
-    assert "trained on" in p.stderr and "tiny-lfm3-agentic-mini-0123456789" in p.stderr and "start a new run" in \
+    assert "trained on" in p.stderr and "tiny-lfm3-agentic-mini-0123456789" in p.stderr and "train anew" in \
         p.stderr, p.stderr
     assert (run / "metrics.jsonl").read_text() == lines and not (run / "adapters" / "mini-v13").exists()
     # the folder it trained on, still there under another name than a start's base: the run goes on with it
@@ -190,6 +191,7 @@ def test_a_resumed_run_goes_on_with_the_base_it_trained_on_or_is_refused(killed_
                        env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert torch.load(run / "checkpoint" / "state.pt", weights_only=False)["base"] == str(kept)
+    assert json.loads((run / "split.json").read_text())["base"] == str(kept)     # eval.py's record
     assert [m["step"] for m in metrics(run) if m["trainer"] == "mini"][-1] == 13
 
 
@@ -253,22 +255,26 @@ def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
 
 
 def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
-    """The tiny row's per_harness: pi runs 5 groups a step (--sessions 40), alone or as one trainer of several;
-    mini, opencode and a --sessions given on the command line keep theirs; config.json never carries the table's
-    per_harness, only a run of several trainers its trainers' own numbers."""
+    """The tiny row's per_harness: pi runs 5 groups a step (--sessions 40), alone or as one trainer of several,
+    opencode and hermes with a KL to the base too; mini and a setting given on the command line keep theirs;
+    config.json never carries the table's per_harness, only a run of several trainers its trainers' own numbers."""
     import flags
     import train
     from trainer import Trainer
     cfg = lambda *a: recipe.effective_config(train.parse_args(["--model", "tiny", *a]))      # noqa: E731
     assert cfg("--harness", "pi")["sessions"] == cfg("--harness", "pi:system-node")["sessions"] == 40
-    assert cfg()["sessions"] == cfg("--harness", "opencode")["sessions"] == recipe.TINY["sessions"] == 32
+    assert cfg()["sessions"] == recipe.TINY["sessions"] == 32 and cfg()["beta"] == 0
+    assert cfg("--harness", "opencode")["beta"] == cfg("--harness", "hermes")["beta"] == 0.1
+    assert cfg("--harness", "hermes", "--beta", "0")["beta"] == 0
     assert cfg("--harness", "pi", "--sessions", "16")["sessions"] == 16
     assert "per_harness" not in cfg("--harness", "pi") and "per_trainer" not in cfg("--harness", "pi")
-    several = cfg("--harness", "pi,opencode")
-    assert several["sessions"] == 32 and several["per_trainer"] == {"pi": {"sessions": 40}}
-    made = {h: Trainer(h, None, several, Path("."), [], None).cfg["sessions"] for h in ("pi", "opencode")}
-    assert made == {"pi": 40, "opencode": 32}
-    assert "per_trainer" not in cfg("--harness", "pi,opencode", "--sessions", "16")
+    several = cfg("--harness", "pi,mini,opencode")
+    assert several["sessions"] == 32 and several["per_trainer"] == {"pi": {"sessions": 40},
+                                                                    "opencode": {"sessions": 40, "beta": 0.1}}
+    made = {h: Trainer(h, None, several, Path("."), [], None).cfg for h in ("pi", "mini", "opencode")}
+    assert {h: (c["sessions"], c["beta"]) for h, c in made.items()} == {"pi": (40, 0), "mini": (32, 0),
+                                                                        "opencode": (40, 0.1)}
+    assert cfg("--harness", "pi,opencode", "--sessions", "16")["per_trainer"] == {"opencode": {"beta": 0.1}}
     for bad, says in (({"pi": {"sessions": 0}}, "(pi): --sessions must be"), ({"pi": "x"}, "per_trainer['pi']"),
                       ({"pi": {"nope": 1}}, "per_trainer['pi']")):       # a hand-edited config.json, on --resume
         with pytest.raises(SystemExit, match=re.escape(says)):
@@ -312,24 +318,31 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     run = tmp_path / "runs" / "r"
     (run / "adapters").mkdir(parents=True)
     manifest = tasks.split_manifest(toy, HOLDOUT, seed)
-    (run / "split.json").write_text(json.dumps(manifest))
-    (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "seed": seed}))
     ckpt = Path(env["HARNESS_RL_CACHE"]) / "tiny-lfm3"
     tiny.write_tiny_checkpoint(ckpt, "lfm3")
+    kept = shutil.copytree(ckpt, tmp_path / "kept" / "tiny-lfm3-before")   # the base it trained on, recorded
+    (run / "split.json").write_text(json.dumps({**manifest, "base": str(kept)}))
+    (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "seed": seed}))
     m = checkpoint.load_model(ckpt, device="cpu")
     lora.add_lora(m, rank=4, alpha=8, adapters=("a",), seed=0)
     adapter = lora.save_adapter(m, run / "adapters" / "mini-v1", "a")
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--no-warm-start", "--harness", "mini",
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", "tiny", "--harness", "mini",
            "--adapters", str(adapter), "--samples", "1", "--max-tokens", "8", "--context", "4096"]
     p = subprocess.run(cmd + ["--out", str(tmp_path / "e")], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"the held-out split of {run / 'split.json'} (seed {seed}" in p.stdout
+    assert f"the base the adapters trained on, {kept}" in p.stdout      # not the base a start would build now
     res = json.loads((tmp_path / "e" / "result.json").read_text())
     assert {r["task"] for r in res["rollouts"]} == set(manifest["eval"]) != tasks.holdout(toy, HOLDOUT, 0)
     p = subprocess.run(cmd + ["--seed", "0", "--out", str(tmp_path / "e0")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode != 0 and f"was split with seed {seed}" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    shutil.rmtree(kept)         # gone, and a start would build another name: refused, naming both
+    p = subprocess.run(cmd + ["--out", str(tmp_path / "e1")], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode != 0 and "Traceback" not in p.stderr and not (tmp_path / "e1").exists(), p.stderr
+    assert f"trained on {kept}, which is gone" in p.stderr and str(ckpt) in p.stderr, p.stderr
 
 
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
