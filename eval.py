@@ -204,8 +204,8 @@ def run_split(adapters, seed):
         try:
             m, c = json.loads((d / "split.json").read_text()), json.loads((d / "config.json").read_text())
             if not (isinstance(m, dict) and isinstance(c, dict) and isinstance(m.get("eval"), list)
-                    and isinstance(m.get("seed"), int)):
-                raise ValueError("no 'eval' list or 'seed'")
+                    and isinstance(m.get("seed"), int) and isinstance(m.get("base", ""), str)):
+                raise ValueError("no 'eval' list or 'seed', or a 'base' that is not a folder's name")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
         splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),

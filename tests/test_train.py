@@ -345,6 +345,27 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     assert f"trained on {kept}, which is gone" in p.stderr and str(ckpt) in p.stderr, p.stderr
 
 
+def test_eval_reads_the_base_a_runs_split_records_and_refuses_a_bad_or_mixed_one(tmp_path):
+    import eval
+    import tasks
+    from recipe import HOLDOUT
+    manifest = tasks.split_manifest(tasks.load_tasks("toy"), HOLDOUT, 0)
+    runs = {}
+    for name, base in (("a", "/x/tiny-lfm3-agentic-pi-1"), ("b", "/x/tiny-lfm3-agentic-pi-2"), ("c", 5), ("d", None)):
+        run = tmp_path / name
+        (run / "adapters" / "pi-v1").mkdir(parents=True)
+        (run / "split.json").write_text(json.dumps({**manifest, **({"base": base} if base else {})}))
+        (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "harness": "pi"}))
+        runs[name] = str(run / "adapters" / "pi-v1")
+    assert eval.run_split([runs["a"]], None)["base"] == "/x/tiny-lfm3-agentic-pi-1"
+    assert eval.run_split([runs["a"], runs["d"]], None)["base"] == "/x/tiny-lfm3-agentic-pi-1"   # d: not recorded
+    assert eval.run_split([runs["d"]], None)["base"] is None
+    with pytest.raises(ValueError, match="on different bases"):
+        eval.run_split([runs["a"], runs["b"]], None)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'c' / 'split.json'}: not a run's split")):
+        eval.run_split([runs["c"]], None)
+
+
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
     import statistics
 
