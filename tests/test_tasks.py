@@ -81,8 +81,7 @@ def test_every_shipped_task_passes_the_six_checks(shipped_report):
            for d, fails in report.items()}
     bad = {d: fails for d, fails in bad.items() if fails}
     assert not bad, json.dumps(bad, indent=1)
-    print(f"{len(report)} tasks checked in {seconds:.1f}s")
-    assert seconds < 240         # 347 tasks (72 of them the guard ablation's): 159 s on a loaded fresh-clone CI run
+    print(f"{len(report)} tasks checked in {seconds:.1f}s")     # 347 tasks: 159 s on a loaded fresh-clone CI run
 
 
 def test_suites_have_the_promised_sizes_and_balance():
