@@ -194,9 +194,10 @@ def _f(v, fmt="{:.2f}"):
     return "-" if v is None else fmt.format(v)
 
 
-def run_split(adapters, seed):
-    """The split (and warm start, suite, harness) of the run the adapters come from (its split.json, config.json);
-    None for adapters from no run. Raises ValueError for runs split or warm-started differently, or another --seed."""
+def run_split(adapters, seed, model):
+    """The split (and warm start, suite, harness, base) of the run the adapters come from (its split.json,
+    config.json); None for adapters from no run. Raises ValueError for runs split, warm-started or based
+    differently, another --seed, or another --model."""
     splits = {}
     for d in dict.fromkeys(Path(a).resolve().parent.parent for a in adapters):
         if not (d / "split.json").is_file():
@@ -208,6 +209,8 @@ def run_split(adapters, seed):
                 raise ValueError("no 'eval' list or 'seed', or a 'base' that is not a folder's name")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
+        if c.get("model") not in (None, model):
+            raise ValueError(f"--model {model}: the adapters of {d} trained on --model {c['model']}; give that")
         splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
                      "base": m.get("base"),       # the folder its adapters trained on (train.py records it)
                      "harness": [h.strip().partition(":")[0] for h in str(c.get("harness") or "").split(",")
@@ -221,7 +224,7 @@ def run_split(adapters, seed):
     for d, other in rest:
         if same(other) != same(m):
             raise ValueError(f"--adapters from runs split, warm-started or run differently: {first} and {d}")
-    if len({str(x["base"]) for x in splits.values() if x["base"]}) > 1:
+    if len({Path(x["base"]).name for x in splits.values() if x["base"]}) > 1:       # a name is a model
         raise ValueError("--adapters from runs on different bases: "
                          + ", ".join(f"{d} on {x['base']}" for d, x in splits.items() if x["base"]))
     m["base"] = next((x["base"] for x in splits.values() if x["base"]), None)
@@ -240,7 +243,7 @@ async def evaluate(args):
     if args.oracle:     # no model limits: the harnesses' own context (opencode's prompt alone is ~8k tokens)
         cfg.update({k: given.get(k, SHARED[k]) for k in ("context", "max_tokens")})
     validate(cfg, "eval.py")
-    manifest = run_split(args.adapters, args.seed)
+    manifest = run_split(args.adapters, args.seed, args.model)
     seed = manifest["seed"] if manifest else args.seed or 0
     if manifest:        # the run's own warm start and (unless --suite) suite
         cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
@@ -249,10 +252,13 @@ async def evaluate(args):
     # the base: the one a run's adapters trained on (its split.json's record, while that folder is there), else the
     # one a run starts from (the row's agentic base when it has a warm start, made without the held-out tasks, for
     # every harness of the adapters' run); the oracle needs only the model's chat format
-    trained = None if args.no_warm_start else (manifest or {}).get("base")
-    build = lambda: warmstart.base_path(cfg, (manifest or {}).get("harness") or [cfg["harness"]], held["eval"])  # noqa
+    # (--no-warm-start: the plain model, the record set aside where the run had a warm start)
+    manifest = manifest or {}
+    trained = None if args.no_warm_start and manifest.get("warm_start") else manifest.get("base")
+    build = lambda: warmstart.base_path(cfg, manifest.get("harness") or [cfg["harness"]], held["eval"])  # noqa: E731
+    what = f"--adapters of {Path(args.adapters[0]).resolve().parent.parent}" if args.adapters else "--model"
     path = tiny.model_path(cfg["model"]) if args.oracle else await asyncio.to_thread(
-        rundir.same_base, trained, build, f"eval.py --adapters {args.adapters[0] if args.adapters else ''}")
+        rundir.same_base, trained, build, what)
     if trained and Path(trained) == path:
         print(f"eval.py: the base the adapters trained on, {path}", flush=True)
     if not args.recipe and cfg["recipe"] != args.model:
@@ -272,7 +278,7 @@ async def evaluate(args):
         ranks.append(lora.read_adapter(a)[0]["r"])          # fail early, naming the bad adapter
         names[Path(a).name if Path(a).name not in names else f"{Path(a).name}-{len(names)}"] = a
     # each adapter of a run in the harness it was trained in (--harness: all in that one); the base in each of them
-    trainers = (manifest or {}).get("trainers") or {}
+    trainers = manifest.get("trainers") or {}
     drives = {n: args.harness or trainers.get(Path(a).name.rpartition("-v")[0]) or cfg["harness"]
               for n, a in names.items()}
     kinds = list(dict.fromkeys(drives.values())) or [cfg["harness"]]
@@ -403,7 +409,8 @@ def main(argv=None):
     ap.add_argument("--reply", default="file", choices=["file", "text"],
                     help="--oracle: write answer.txt (file) or give its content as the final reply (default: file)")
     ap.add_argument("--no-warm-start", action="store_true",
-                    help="the base is --model itself, not its recipe row's agentic base (as train.py; default: off)")
+                    help="the base is --model itself, not its recipe row's agentic base (as train.py), nor the agentic base "
+                         "a run's adapters trained on (its split.json's record; default: off)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
     ap.add_argument("--seed", type=int, help="seed of the holdout split (default: the adapters' run's, from its "
                                              "split.json; else 0)")

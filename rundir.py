@@ -47,15 +47,20 @@ def same_base(trained, build, what):
     return path
 
 
+def write_split(run_dir, split):
+    """split.json, written whole (a kill leaves the old file or the new, never a part)."""
+    f = Path(run_dir) / "split.json"
+    tmp = f.with_name("split.json.tmp")
+    tmp.write_text(json.dumps(split, indent=1))
+    os.replace(tmp, f)
+
+
 def record_base(run_dir, base):
     """The base the run's adapters train on, beside its split in split.json: eval.py scores them on it (whatever a
-    start would build now). Rewritten whole (a kill leaves the old file or the new)."""
-    f = Path(run_dir) / "split.json"
-    split = json.loads(f.read_text())
+    start would build now)."""
+    split = json.loads((Path(run_dir) / "split.json").read_text())
     if split.get("base") != str(base):
-        tmp = f.with_name("split.json.tmp")
-        tmp.write_text(json.dumps({**split, "base": str(base)}, indent=1))
-        os.replace(tmp, f)
+        write_split(run_dir, {**split, "base": str(base)})
 
 
 class RunInUse(ResumeError):

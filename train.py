@@ -234,7 +234,8 @@ def training_tasks(cfg, run_dir, resume):
     tasks = load_tasks(cfg["suite"], split="train", manifest=split)
     if not tasks:         # else the pools would wait for groups that never come
         raise ValueError(f"no training task in {cfg['suite']} under its split ({recorded})")
-    recorded.write_text(json.dumps(split, indent=1))
+    if not (resume and recorded.exists()):
+        rundir.write_split(run_dir, split)
     return tasks, split["eval"]
 
 

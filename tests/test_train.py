@@ -338,6 +338,9 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     p = subprocess.run(cmd + ["--seed", "0", "--out", str(tmp_path / "e0")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode != 0 and f"was split with seed {seed}" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    p = subprocess.run(cmd + ["--no-warm-start", "--out", str(tmp_path / "e2")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)    # a run without a warm start: its record holds
+    assert p.returncode == 0 and f"the base the adapters trained on, {kept}" in p.stdout, p.stdout + p.stderr
     shutil.rmtree(kept)         # gone, and a start would build another name: refused, naming both
     p = subprocess.run(cmd + ["--out", str(tmp_path / "e1")], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
@@ -351,19 +354,25 @@ def test_eval_reads_the_base_a_runs_split_records_and_refuses_a_bad_or_mixed_one
     from recipe import HOLDOUT
     manifest = tasks.split_manifest(tasks.load_tasks("toy"), HOLDOUT, 0)
     runs = {}
-    for name, base in (("a", "/x/tiny-lfm3-agentic-pi-1"), ("b", "/x/tiny-lfm3-agentic-pi-2"), ("c", 5), ("d", None)):
+    for name, base in (("a", "/x/tiny-lfm3-agentic-pi-1"), ("b", "/x/tiny-lfm3-agentic-pi-2"), ("c", 5), ("d", None),
+                       ("e", "/y/tiny-lfm3-agentic-pi-1"), ("f", None)):
         run = tmp_path / name
         (run / "adapters" / "pi-v1").mkdir(parents=True)
         (run / "split.json").write_text(json.dumps({**manifest, **({"base": base} if base else {})}))
-        (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "harness": "pi"}))
+        (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "harness": "pi",
+                                                     "model": "tiny-lfm2" if name == "f" else "tiny"}))
         runs[name] = str(run / "adapters" / "pi-v1")
-    assert eval.run_split([runs["a"]], None)["base"] == "/x/tiny-lfm3-agentic-pi-1"
-    assert eval.run_split([runs["a"], runs["d"]], None)["base"] == "/x/tiny-lfm3-agentic-pi-1"   # d: not recorded
-    assert eval.run_split([runs["d"]], None)["base"] is None
+    assert eval.run_split([runs["a"]], None, "tiny")["base"] == "/x/tiny-lfm3-agentic-pi-1"
+    assert eval.run_split([runs["a"], runs["d"]], None, "tiny")["base"] == "/x/tiny-lfm3-agentic-pi-1"   # d: none
+    assert eval.run_split([runs["d"]], None, "tiny")["base"] is None
+    assert eval.run_split([runs["a"], runs["e"]], None, "tiny")     # one model (its name), kept in two places
     with pytest.raises(ValueError, match="on different bases"):
-        eval.run_split([runs["a"], runs["b"]], None)
+        eval.run_split([runs["a"], runs["b"]], None, "tiny")
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'c' / 'split.json'}: not a run's split")):
-        eval.run_split([runs["c"]], None)
+        eval.run_split([runs["c"]], None, "tiny")
+    with pytest.raises(ValueError, match=re.escape(f"--model tiny: the adapters of {tmp_path / 'f'} trained on "
+                                                   "--model tiny-lfm2")):
+        eval.run_split([runs["f"]], None, "tiny")
 
 
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
