@@ -409,8 +409,8 @@ def main(argv=None):
     ap.add_argument("--reply", default="file", choices=["file", "text"],
                     help="--oracle: write answer.txt (file) or give its content as the final reply (default: file)")
     ap.add_argument("--no-warm-start", action="store_true",
-                    help="the base is --model itself, not its recipe row's agentic base (as train.py), nor the agentic base "
-                         "a run's adapters trained on (its split.json's record; default: off)")
+                    help="the base is --model itself, not its recipe row's agentic base (as train.py), nor the "
+                         "agentic base a run's adapters trained on (its split.json's record; default: off)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
     ap.add_argument("--seed", type=int, help="seed of the holdout split (default: the adapters' run's, from its "
                                              "split.json; else 0)")
