@@ -48,6 +48,8 @@ from metrics import mean_or_none
 from proxy import Proxy
 from recipe import HOLDOUT, SHARED, recipe_config, rollout_reward
 
+PROGRESS_EVERY = 30         # seconds between eval's progress lines
+
 
 def wilson(k, n, z=1.96):
     if n == 0:
@@ -308,7 +310,7 @@ async def evaluate(args):
     # too (mini-v24), and eval must neither replace nor unload those; folders: a --model path is not one
     served = {m: base if m in bases.values() else f"eval-{m}" for m in models}
     folder = {m: m if m not in bases.values() else "oracle" if args.oracle else f"base-{Path(m).name}" for m in models}
-    t0 = time.time()
+    t0, ticker = time.time(), None
     try:
         for n, a in names.items():
             await client.load_adapter(served[n], Path(a).resolve(), replace=True)
@@ -350,8 +352,17 @@ async def evaluate(args):
                     await client.unload_adapter(served[m])
                 except RuntimeError as e:
                     print(f"eval.py: could not unload {served[m]}: {e}", file=sys.stderr, flush=True)
+        async def progress(total):      # a group is all --samples of a task: its lines come only when it ends
+            while True:
+                await asyncio.sleep(PROGRESS_EVERY)
+                print(f"eval.py: {sum(p.done for p in pools.values())} of {total} sessions done, "
+                      f"{time.time() - t0:.0f} s", flush=True)
+
+        ticker = asyncio.create_task(progress(len(models) * len(tasks) * args.samples))
         await asyncio.gather(*(collect(m, p) for m, p in pools.items()))
     finally:                                      # every path: sessions, proxies, client, server
+        if ticker:
+            ticker.cancel()
         for p in pools.values():
             await p.stop()
         for p in proxies:

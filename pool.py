@@ -118,6 +118,7 @@ class RolloutPool:
         self.limit = fit.first(harness, max_sessions, group_size) if fit else max_sessions
         self.freed = asyncio.Condition()
         self.running, self.in_flight, self._tasks, self._scheduler = 0, 0, set(), None
+        self.done = 0            # rollouts finished, graded or not (eval's progress line)
 
     @property
     def cpu_bound(self):
@@ -166,7 +167,7 @@ class RolloutPool:
             await run_rollout(r, self.harness, self.proxy, self.root, keep=self.keep, sandbox=self.sandbox, **self.kw)
         finally:
             async with self.freed:
-                self.running -= 1
+                self.running, self.done = self.running - 1, self.done + 1
                 self.freed.notify_all()
         if self.reward is not None:
             r.reward = self.reward(r)

@@ -326,6 +326,7 @@ def test_pool_runs_48_sessions_in_groups_of_8(tmp_path):
         pool.start()
         groups = [await asyncio.wait_for(pool.groups.get(), 120) for _ in range(6)]
         peak = pool.running
+        assert pool.done == 48
         await pool.stop()
         await proxy.stop()
         await client.close()
