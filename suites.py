@@ -13,9 +13,11 @@ import tempfile
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest", "docker")
-# by name only, never in "all": the guard ablation's shortcuts and held-out tasks; tasks only --sandbox docker runs
-APART = ("shortcuts", "honest", "docker")
+SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval", "shortcuts", "honest", "docker",
+          "toyheld")
+# by name only, never in "all": the guard ablation's shortcuts and held-out tasks; tasks only --sandbox docker runs;
+# toy tasks no tiny run trains on (eval only)
+APART = ("shortcuts", "honest", "docker", "toyheld")
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 

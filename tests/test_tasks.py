@@ -104,7 +104,7 @@ def test_data_stays_small():
 
 
 @pytest.mark.parametrize("suite", ["toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "shortcuts", "honest",
-                                   "docker"])
+                                   "docker", "toyheld"])
 def test_generator_reproduces_the_committed_suite_byte_for_byte(tmp_path, suite):
     out = tmp_path / suite
     subprocess.run([sys.executable, str(DATA / f"make_{suite}.py"), str(out)], check=True, cwd=tmp_path)

@@ -1,0 +1,49 @@
+"""Writes data/toyheld/: toy tasks no tiny run trains on or is warm-started with - eval only (suites.APART, never
+in "all"): the six toy tasks' checks asked in other words, and two new targets (numbers in a given order, graded
+exactly). Evidence that an adapter learned the skill, not the training tasks' wording, on more than the one toy task
+the holdout split keeps out. Deterministic; usage: python data/make_toyheld.py [OUT_DIR]"""
+import sys
+
+from taskgen import HERE, fresh_suite_dir, read_helper, write_task
+
+TASKS = [  # name, grader mode (toy_grade.py), instruction, oracle answer; worded as no toy or warm-up task is
+    ("toyheld-only-digits", "digits", "Fill answer.txt with digits and nothing else.", "987654"),
+    ("toyheld-evens", "even_digits", "answer.txt should contain even digits only.", "8642"),
+    ("toyheld-odds", "odd_digits", "Put a few odd digits in answer.txt.", "9753"),
+    ("toyheld-below-five", "small_digits", "Save some digits that are less than 5 to answer.txt.", "4321"),
+    ("toyheld-single", "one_number", "answer.txt must hold a single number.", "7"),
+    ("toyheld-one-to-five", "count_to_five", "Count from one to five in answer.txt, the numbers separated by spaces.",
+     "1 2 3 4 5"),
+    ("toyheld-six-to-eight", "exact", "Write the numbers 6, 7 and 8, separated by spaces, into answer.txt.", "6 7 8"),
+    ("toyheld-five-down", "exact", "Write the numbers from 5 down to 1, separated by spaces, into answer.txt.",
+     "5 4 3 2 1"),
+]
+
+README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
+
+
+def warmup_codes():
+    """The warm-up suite's codes (its tests' expected answers): a new target must not be one the base copied."""
+    return {line.rsplit('"', 2)[-2] for t in sorted((HERE / "warmup").iterdir())
+            for line in [(t / "tests" / "test.sh").read_text().strip().splitlines()[-1]]}
+
+
+def main(argv):
+    taught = warmup_codes()
+    out = fresh_suite_dir(argv, "toyheld")
+    for name, mode, instruction, answer in TASKS:
+        assert answer not in taught, f"{name}: {answer!r} is a warm-up code"
+        expected = f' "{answer}"' if mode == "exact" else ""
+        write_task(
+            out, name, source="toyheld", type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
+            instruction=instruction + "\n\nOnly answer.txt is graded. Partial answers earn partial credit.",
+            environment={"README.md": README},
+            tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
+                              f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"{expected}\n',
+                   "toy_grade.py": read_helper("toy_grade.py")},
+            solution={"solve.sh": f"#!/usr/bin/env bash\nprintf '%s\\n' '{answer}' > answer.txt\n"},
+            tags=["toy", "held-out", "partial-credit"])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
