@@ -98,6 +98,18 @@ def test_suites_have_the_promised_sizes_and_balance():
     assert all(t.difficulty in ("easy", "medium", "hard") for t in everything)
 
 
+def test_toyheld_is_apart_from_what_a_tiny_run_trains_or_warms_up_on():
+    """The held-out toy tasks: never in "all", no instruction or answer a toy or warm-up task has, graded by the
+    toy graders (their oracle scores 1: tasks.py check)."""
+    held, seen = load_tasks("toyheld"), load_tasks("toy") + load_tasks("warmup")
+    assert len(held) == 8 and {t.source for t in held} == {"toyheld"}
+    assert not {t.name for t in held} & {t.name for t in load_tasks("all")}
+    words = lambda t: " ".join(t.instruction.split()[:8])      # noqa: E731  (the part before the shared notes)
+    assert not {words(t) for t in held} & {words(t) for t in seen}
+    answer = lambda t: (t.path / "solution" / "solve.sh").read_text().split("'")[3]      # noqa: E731
+    assert not {answer(t) for t in held} & {answer(t) for t in load_tasks("warmup")}
+
+
 def test_data_stays_small():
     size = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert size < 3_000_000, size
