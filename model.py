@@ -209,18 +209,19 @@ def segment_attention(q, k, v, seg: Segments, B, window):
         T = q.shape[0] // B
         qb, kb, vb = (t.view(B, T, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
         return _causal(qb, kb, vb, window).transpose(1, 2).reshape(q.shape)
-    outs, s = [], 0
+    # split once: a slice per segment of the whole [N, ...] tensor would cost a backward pass of N zeros each
+    qs_, ks_, vs_ = (t.split(seg.lengths) for t in (q, k, v))
+    outs = []
     for i, n in enumerate(seg.lengths):
         if seg.branched and seg.shared[i]:
-            p, r = seg.shared[i], seg.starts[seg.root[i]]
+            p, r = seg.shared[i], seg.root[i]
             lo = 0 if window is None else max(0, p - window + 1)     # root keys the first query can still see
-            qs = q[s:s + n].transpose(0, 1).unsqueeze(0)
-            ks, vs = (torch.cat([t[r + lo:r + p], t[s:s + n]]).transpose(0, 1).unsqueeze(0) for t in (k, v))
+            qs = qs_[i].transpose(0, 1).unsqueeze(0)
+            ks, vs = (torch.cat([t[r][lo:p], t[i]]).transpose(0, 1).unsqueeze(0) for t in (ks_, vs_))
             outs.append(_prefixed(qs, ks, vs, p - lo, window)[0].transpose(0, 1))
         else:
-            qs, ks, vs = (t[s:s + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            qs, ks, vs = (t[i].transpose(0, 1).unsqueeze(0) for t in (qs_, ks_, vs_))
             outs.append(_causal(qs, ks, vs, window)[0].transpose(0, 1))
-        s += n
     return torch.cat(outs, 0)
 
 

@@ -10,7 +10,8 @@
   (d) shared-prefix (tree) packing: tokens computed per step and forward+backward seconds (LoRA, the
       GRPO loss) with sharing on vs off, on the tiny lfm3 and llama checkpoints (and --model ones), for
       a GRPO step of 2 groups x 8 rollouts with a 600-token prompt per group and 48-token completions,
-      and a multi-turn one (3 completions of 48 with 150-token tool outputs between them).
+      a multi-turn one (3 completions of 48 with 150-token tool outputs between them), and one shaped like a
+      tiny pi step (5 groups, a 4 000-token prompt each, 3 turns).
 
     python bench/grpo.py                 # all four, CPU
     python bench/grpo.py --only c --tokens 8192 --hidden 2048 --device cuda
@@ -199,8 +200,9 @@ def bench_tree(args):
                 p.requires_grad_(True)
             model.train()
             vocab = min(model.config.vocab_size, 30000)
-            for label, turns in (("2x8, 600 + 48", 1), ("2x8, 3 turns", 3)):
-                seqs = tree_step(random.Random(0), turns, vocab=vocab)
+            for label, turns, groups, prompt in (("2x8, 600 + 48", 1, 2, 600), ("2x8, 3 turns", 3, 2, 600),
+                                                 ("5x8, 4000, 3 turns (pi)", 3, 5, 4000)):
+                seqs = tree_step(random.Random(0), turns, groups, prompt=prompt, vocab=vocab)
                 need = sum(len(s) - 1 for s in seqs)        # the budget fits the whole step even unshared
                 q = 1024 * args.micro_batches
                 budget = max(args.tree_budget, -(-int(need * 1.15) // q) * q)
