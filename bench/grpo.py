@@ -201,7 +201,7 @@ def bench_tree(args):
             model.train()
             vocab = min(model.config.vocab_size, 30000)
             for label, turns, groups, prompt in (("2x8, 600 + 48", 1, 2, 600), ("2x8, 3 turns", 3, 2, 600),
-                                                 ("5x8, 4000, 3 turns (pi)", 3, 5, 4000)):
+                                                 ("5x8, 4000, 3 turns", 3, 5, 4000)):
                 seqs = tree_step(random.Random(0), turns, groups, prompt=prompt, vocab=vocab)
                 need = sum(len(s) - 1 for s in seqs)        # the budget fits the whole step even unshared
                 q = 1024 * args.micro_batches

@@ -2,6 +2,7 @@
 in "all"): the six toy tasks' checks asked in other words, and two new targets (numbers in a given order, graded
 exactly). Evidence that an adapter learned the skill, not the training tasks' wording, on more than the one toy task
 the holdout split keeps out. Deterministic; usage: python data/make_toyheld.py [OUT_DIR]"""
+import shlex
 import sys
 
 from taskgen import HERE, fresh_suite_dir, read_helper, write_task
@@ -23,9 +24,14 @@ README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
 
 
 def warmup_codes():
-    """The warm-up suite's codes (its tests' expected answers): a new target must not be one the base copied."""
-    return {line.rsplit('"', 2)[-2] for t in sorted((HERE / "warmup").iterdir())
-            for line in [(t / "tests" / "test.sh").read_text().strip().splitlines()[-1]]}
+    """The warm-up suite's codes (each task's `toy_grade.py exact LOGS_DIR CODE`): a new target must not be one the
+    base copied."""
+    codes = set()
+    for t in sorted((HERE / "warmup").iterdir()):
+        words = shlex.split((t / "tests" / "test.sh").read_text().strip().splitlines()[-1])
+        assert words[3] == "exact" and len(words) == 6, f"{t.name}: not an exact-graded warm-up task"
+        codes.add(words[-1])
+    return codes
 
 
 def main(argv):

@@ -99,8 +99,8 @@ def test_suites_have_the_promised_sizes_and_balance():
 
 
 def test_toyheld_is_apart_from_what_a_tiny_run_trains_or_warms_up_on():
-    """The held-out toy tasks: never in "all", no instruction or answer a toy or warm-up task has, graded by the
-    toy graders (their oracle scores 1: tasks.py check)."""
+    """The held-out toy tasks: never in "all", no instruction a toy or warm-up task has, no answer the warm-up taught
+    (a toy task's answer may recur: toyheld-one-to-five asks 1 to 5 as toy-count does, worded otherwise)."""
     held, seen = load_tasks("toyheld"), load_tasks("toy") + load_tasks("warmup")
     assert len(held) == 8 and {t.source for t in held} == {"toyheld"}
     assert not {t.name for t in held} & {t.name for t in load_tasks("all")}

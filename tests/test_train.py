@@ -619,8 +619,8 @@ def test_main_job_learns(tmp_path, env):
     out, ms = main_job(tmp_path, env, 0)
     assert "warm start (first use" in out and "agentic base ready" in out, out[:2000]
     assert re.search(r"oracle through mini: (\d+)/\1 tasks", out) and " 200/200 " in out, out[:2000]
+    assert "reward first quarter" in out and "per solved rollout" in out, out[-3000:]
     summary = out[out.rfind("\n", 0, out.find("reward first quarter")) + 1:][:600]
-    assert "per solved rollout" in summary, summary
     calls = quarters(ms, "tool_calls")
     assert calls[0] >= 1.5, summary                 # the base acts, and over-acts (README: 1.7-2.5)
     assert quarters(ms, "pass_rate")[0] <= 0.2, summary
@@ -633,8 +633,9 @@ def test_main_job_learns(tmp_path, env):
     assert sum(m["ungraded_by"].get("server", 0) for m in ms) == 0, summary
     cut = [m.get("clip_frac") for m in ms[1:] if m.get("clip_frac") is not None]     # an empty step has none
     assert cut and sum(cut) / len(cut) <= 0.2, cut
-    # fewer calls, and still acting (README: 0.31-0.57x from the one base; the 0.6x target is measured there)
-    if not 0.5 < calls[1] < calls[0]:
+    # fewer calls, and still acting (the README's runs: 0.35-0.84x; the 0.6x target is measured there)
+    assert calls[1] > 0.5, summary
+    if calls[1] >= calls[0]:
         out1, ms1 = main_job(tmp_path, env, 1)
         assert "warm start (first use" not in out1, out1[:2000]          # the same base, cached by seed 0
         again = quarters(ms1, "tool_calls")
