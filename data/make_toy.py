@@ -17,18 +17,23 @@ TASKS = [  # name, grader mode, instruction, oracle answer. One theme (numbers),
 README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
 
 
+def write_toy_task(out, name, mode, instruction, answer, source="toy", tags=("toy", "partial-credit"), expected=""):
+    """One toy task graded by toy_grade.py's `mode` (`expected`: its argument, for exact)."""
+    write_task(
+        out, name, source=source, type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
+        instruction=instruction + "\n\nOnly answer.txt is graded. Partial answers earn partial credit.",
+        environment={"README.md": README},
+        tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
+                          f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"{expected}\n',
+               "toy_grade.py": read_helper("toy_grade.py")},
+        solution={"solve.sh": f"#!/usr/bin/env bash\nprintf '%s\\n' '{answer}' > answer.txt\n"},
+        tags=list(tags))
+
+
 def main(argv):
     out = fresh_suite_dir(argv, "toy")
     for name, mode, instruction, answer in TASKS:
-        write_task(
-            out, name, source="toy", type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
-            instruction=instruction + "\n\nOnly answer.txt is graded. Partial answers earn partial credit.",
-            environment={"README.md": README},
-            tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
-                              f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"\n',
-                   "toy_grade.py": read_helper("toy_grade.py")},
-            solution={"solve.sh": f"#!/usr/bin/env bash\nprintf '%s\\n' '{answer}' > answer.txt\n"},
-            tags=["toy", "partial-credit"])
+        write_toy_task(out, name, mode, instruction, answer)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ the holdout split keeps out. Deterministic; usage: python data/make_toyheld.py [
 import shlex
 import sys
 
-from taskgen import HERE, fresh_suite_dir, read_helper, write_task
+from make_toy import write_toy_task
+from taskgen import HERE, fresh_suite_dir
 
 TASKS = [  # name, grader mode (toy_grade.py), instruction, oracle answer; worded as no toy or warm-up task is
     ("toyheld-only-digits", "digits", "Fill answer.txt with digits and nothing else.", "987654"),
@@ -19,8 +20,6 @@ TASKS = [  # name, grader mode (toy_grade.py), instruction, oracle answer; worde
     ("toyheld-five-down", "exact", "Write the numbers from 5 down to 1, separated by spaces, into answer.txt.",
      "5 4 3 2 1"),
 ]
-
-README = "# Scratch space\n\nPut your answer in answer.txt here.\n"
 
 
 def warmup_codes():
@@ -39,16 +38,8 @@ def main(argv):
     out = fresh_suite_dir(argv, "toyheld")
     for name, mode, instruction, answer in TASKS:
         assert answer not in taught, f"{name}: {answer!r} is a warm-up code"
-        expected = f' "{answer}"' if mode == "exact" else ""
-        write_task(
-            out, name, source="toyheld", type="toy", difficulty="easy", agent_timeout=60, verifier_timeout=10,
-            instruction=instruction + "\n\nOnly answer.txt is graded. Partial answers earn partial credit.",
-            environment={"README.md": README},
-            tests={"test.sh": f'#!/usr/bin/env bash\n# Partial credit: see toy_grade.py ({mode}).\n'
-                              f'python3 -S "$TESTS_DIR/toy_grade.py" {mode} "$LOGS_DIR"{expected}\n',
-                   "toy_grade.py": read_helper("toy_grade.py")},
-            solution={"solve.sh": f"#!/usr/bin/env bash\nprintf '%s\\n' '{answer}' > answer.txt\n"},
-            tags=["toy", "held-out", "partial-credit"])
+        write_toy_task(out, name, mode, instruction, answer, source="toyheld",
+                       tags=("toy", "held-out", "partial-credit"), expected=f' "{answer}"' if mode == "exact" else "")
 
 
 if __name__ == "__main__":
