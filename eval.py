@@ -38,6 +38,7 @@ import oracle
 import rundir
 from pool import RolloutPool
 from sandbox import SANDBOXES
+from suites import eval_only
 import servers
 from tasks import TaskError, load_tasks, split_manifest
 import tiny
@@ -251,6 +252,9 @@ async def evaluate(args):
         cfg["warm_start"] = None if args.no_warm_start else manifest["warm_start"]
         cfg["suite"] = given.get("suite") or manifest["suite"] or cfg["suite"]
     held = split_manifest(load_tasks(cfg["suite"]), HOLDOUT, seed) if manifest is None else manifest
+    if args.split is None:      # a suite no run trains on (toyheld) is held out whole
+        args.split = "all" if eval_only(cfg["suite"]) else "eval"
+    args.split = None if args.split == "all" else args.split
     # the base: the one a run's adapters trained on (its split.json's record, while that folder is there), else the
     # one a run starts from (the row's agentic base when it has a warm start, made without the held-out tasks, for
     # every harness of the adapters' run); the oracle needs only the model's chat format
@@ -397,8 +401,9 @@ def main(argv=None):
     ap.add_argument("--adapters", nargs="*", default=[],
                     help="PEFT adapter folders to compare with the base (default: none, the base alone)")
     ap.add_argument("--suite", help=f"task suites under data/ (comma-separated) or a folder {recipe}")
-    ap.add_argument("--split", default="eval", choices=["eval", "train", "all"],
-                    help="the held-out tasks (default), the training ones, or all")
+    ap.add_argument("--split", choices=["eval", "train", "all"],
+                    help="the held-out tasks, the training ones, or all (default: eval; all for toyheld, a suite held "
+                         "out whole)")
     ap.add_argument("--samples", type=int, default=1, help="rollouts per task and model (default: %(default)s)")
     ap.add_argument("--sessions", type=int, help=f"concurrent sessions, split evenly over the models {recipe}")
     ap.add_argument("--server", default="local", help="local (embedded), vllm or a URL (default: %(default)s)")
@@ -431,8 +436,6 @@ def main(argv=None):
         ap.error(f"--samples must be >= 1, --limit and --waste >= 0 (got {args.samples}, {args.limit}, {args.waste})")
     if args.oracle and args.adapters:
         ap.error("--oracle plays the tasks' solutions: it takes no --adapters")
-    if args.split == "all":
-        args.split = None
     try:
         asyncio.run(evaluate(args))
     except (checkpoint.CheckpointError, lora.AdapterError, TaskError, RuntimeError, ValueError,

@@ -212,7 +212,7 @@ def segment_attention(q, k, v, seg: Segments, B, window):
     # split once: a slice per segment of the whole [N, ...] tensor would cost a backward pass of N zeros each
     qs_, ks_, vs_ = (t.split(seg.lengths) for t in (q, k, v))
     outs = []
-    for i, n in enumerate(seg.lengths):
+    for i in range(len(seg.lengths)):
         if seg.branched and seg.shared[i]:
             p, r = seg.shared[i], seg.root[i]
             lo = 0 if window is None else max(0, p - window + 1)     # root keys the first query can still see

@@ -18,6 +18,7 @@ SUITES = ("toy", "numbers", "files", "smoldata", "repo2rl", "warmup", "humaneval
 # by name only, never in "all": the guard ablation's shortcuts and held-out tasks; tasks only --sandbox docker runs;
 # toy tasks no tiny run trains on (eval only)
 APART = ("shortcuts", "honest", "docker", "toyheld")
+EVAL_ONLY = ("toyheld",)    # held out whole: eval.py's default split is all of it, train.py refuses it
 BUILT = {"humaneval": "make_humaneval.py"}     # suites made on first use into the cache (built_suite), never committed
 
 
@@ -59,6 +60,12 @@ def built_suite(name) -> Path:
             if not out.is_dir():
                 raise
     return out
+
+
+def eval_only(spec) -> bool:
+    """Whether a --suite spec names only EVAL_ONLY suites (by name; a folder is never eval-only)."""
+    parts = [s.strip() for s in str(spec).split(",") if s.strip()]
+    return bool(parts) and all(s in EVAL_ONLY for s in parts)
 
 
 def resolve_suites(spec) -> list[Path]:

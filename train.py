@@ -48,6 +48,7 @@ import warmstart
 from learner import Learner
 from pool import Fit, RolloutPool
 from sandbox import spawn_kw
+from suites import EVAL_ONLY
 from tasks import TaskError, load_tasks, split_manifest
 from trainer import Trainer, trainer_name, version_name
 
@@ -228,6 +229,9 @@ def open_run(cfg, resume):
 def training_tasks(cfg, run_dir, resume):
     """The run's split (a resumed run keeps its own, whatever the table says now), recorded as split.json:
     (the training tasks, the held-out names)."""
+    if any(s.strip() in EVAL_ONLY for s in str(cfg["suite"]).split(",")):
+        raise ValueError(f"--suite {cfg['suite']}: {', '.join(EVAL_ONLY)} is held out whole, for eval.py only (no run "
+                         "trains on its tasks)")
     recorded = run_dir / "split.json"
     split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
         split_manifest(load_tasks(cfg["suite"]), recipe.HOLDOUT, cfg["seed"])

@@ -255,6 +255,15 @@ def test_the_model_organisms_row_is_tinys_checkpoint_with_its_own_warm_start():
     assert recipe.effective_config(train.parse_args(["--model", "tiny"]))["guard"] == "on"
 
 
+def test_a_suite_held_out_whole_is_refused_for_training(tmp_path):
+    import train
+    for suite in ("toyheld", "toy,toyheld"):
+        with pytest.raises(ValueError, match="toyheld is held out whole, for eval.py only"):
+            train.training_tasks({"suite": suite, "seed": 0}, tmp_path, False)
+    assert not list(tmp_path.iterdir())         # nothing written
+    assert train.training_tasks({"suite": "toy", "seed": 0}, tmp_path, False)[0]
+
+
 def test_a_rows_numbers_for_one_harness_apply_to_that_harness_alone():
     """The tiny row's per_harness: pi runs 5 groups a step (--sessions 40), alone or as one trainer of several,
     opencode and hermes with a KL to the base too; mini and a setting given on the command line keep theirs;
@@ -342,6 +351,11 @@ def test_eval_of_a_runs_adapters_holds_out_that_runs_own_split(tmp_path, env):
     p = subprocess.run(cmd + ["--no-warm-start", "--out", str(tmp_path / "e2")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)    # a run without a warm start: its record holds
     assert p.returncode == 0 and f"the base the adapters trained on, {kept}" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run(cmd + ["--suite", "toyheld", "--limit", "2", "--out", str(tmp_path / "held")], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)     # held out whole: no --split all
+    assert p.returncode == 0 and "2 tasks (toyheld, split all)" in p.stdout, p.stdout + p.stderr
+    res = json.loads((tmp_path / "held" / "result.json").read_text())
+    assert {r["task"] for r in res["rollouts"]} <= {t.name for t in tasks.load_tasks("toyheld")}
     shutil.rmtree(kept)         # gone, and a start would build another name: refused, naming both
     p = subprocess.run(cmd + ["--out", str(tmp_path / "e1")], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
