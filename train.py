@@ -229,8 +229,9 @@ def open_run(cfg, resume):
 def training_tasks(cfg, run_dir, resume):
     """The run's split (a resumed run keeps its own, whatever the table says now), recorded as split.json:
     (the training tasks, the held-out names)."""
-    if any(s.strip() in EVAL_ONLY for s in str(cfg["suite"]).split(",")):
-        raise ValueError(f"--suite {cfg['suite']}: {', '.join(EVAL_ONLY)} is held out whole, for eval.py only (no run "
+    held = [s.strip() for s in str(cfg["suite"]).split(",") if s.strip() in EVAL_ONLY]
+    if held:
+        raise ValueError(f"--suite {cfg['suite']}: {', '.join(held)} is held out whole, for eval.py only (no run "
                          "trains on its tasks)")
     recorded = run_dir / "split.json"
     split = json.loads(recorded.read_text()) if resume and recorded.exists() else \
