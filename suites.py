@@ -62,10 +62,15 @@ def built_suite(name) -> Path:
     return out
 
 
+def held_whole(spec) -> list[str]:
+    """The EVAL_ONLY suites a --suite spec names (by name; a folder is never one)."""
+    return [s.strip() for s in str(spec).split(",") if s.strip() in EVAL_ONLY]
+
+
 def eval_only(spec) -> bool:
-    """Whether a --suite spec names only EVAL_ONLY suites (by name; a folder is never eval-only)."""
-    parts = [s.strip() for s in str(spec).split(",") if s.strip()]
-    return bool(parts) and all(s in EVAL_ONLY for s in parts)
+    """Whether a --suite spec names only EVAL_ONLY suites."""
+    held = held_whole(spec)
+    return bool(held) and len(held) == len([s for s in str(spec).split(",") if s.strip()])
 
 
 def resolve_suites(spec) -> list[Path]:

@@ -48,7 +48,7 @@ import warmstart
 from learner import Learner
 from pool import Fit, RolloutPool
 from sandbox import spawn_kw
-from suites import EVAL_ONLY
+from suites import held_whole
 from tasks import TaskError, load_tasks, split_manifest
 from trainer import Trainer, trainer_name, version_name
 
@@ -229,7 +229,7 @@ def open_run(cfg, resume):
 def training_tasks(cfg, run_dir, resume):
     """The run's split (a resumed run keeps its own, whatever the table says now), recorded as split.json:
     (the training tasks, the held-out names)."""
-    held = [s.strip() for s in str(cfg["suite"]).split(",") if s.strip() in EVAL_ONLY]
+    held = held_whole(cfg["suite"])
     if held:
         raise ValueError(f"--suite {cfg['suite']}: {', '.join(held)} is held out whole, for eval.py only (no run "
                          "trains on its tasks)")
