@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import shlex
 import shutil
 import tempfile
@@ -39,6 +40,7 @@ TOOL_NAMES = {"read": ("read", "read_file", "view", "cat"), "write": ("write", "
 ARG_NAMES = {"path": ("path", "filePath", "file_path", "filename"), "content": ("content", "text", "file_text"),
              "command": ("command", "cmd")}
 DONE = "Done."
+TOO_LONG = re.compile(r"oracle: step \d+ takes (\d+) tokens in this model's format")   # a step over max_tokens
 
 
 # ----------------------------------------------------------------------------- what solves a task

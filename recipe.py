@@ -44,7 +44,8 @@ WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, ba
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
 # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini (how each number was chosen, measured:
-# docs/main-job.md and docs/real-harnesses.md). max_tokens: the oracle's longest step (a write of answer.txt) fits;
+# docs/main-job.md and docs/real-harnesses.md). max_tokens: the oracle's longest step (a write of answer.txt) fits
+# in mini's and pi's format (72; opencode's and hermes' spell it 73-74 for 2 of the 48 warm-up tasks, left out);
 # context and token budget: the real harnesses' prompts in its 665-token vocabulary fit (hermes refuses a context
 # under 64 000), a hermes rollout whole in one of the 4 rows; sessions: a step of 4 groups (the real harnesses: 5);
 # recompute: off, its activations are small. per_harness: a harness's own numbers (each trainer's, in a run of

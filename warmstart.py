@@ -281,6 +281,12 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
             f"({time.time() - t0:.0f} s)")
+        cut = {(r.task.name, int(m[1])) for r in rollouts for e in r.errors if (m := oracle.TOO_LONG.search(e))}
+        over = sorted({t for t, _ in cut})      # the oracle refuses a step no model could write under the cap
+        if over:
+            log(f"  {len(over)} warm-up task(s) not demonstrated: a step of theirs takes up to "
+                f"{max(n for _, n in cut)} tokens, max_tokens is {max_tokens} ({', '.join(over)}); "
+                "--max-tokens above it demonstrates them")
         if warm.get("cheat"):       # a model organism's: counted as the ablation counts, by the post-hoc scan
             took = sum(bool(r["fired"]) for r in guard.scan(sorted(work.rglob("rollouts/**/*.json"))))
             log(f"  {took} of {len(rollouts)} demonstrations take the task's planted shortcut (guard.py scan; each "
@@ -299,7 +305,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             (tmp / "warm_start.json").write_text(json.dumps({"from": str(raw), "harness": harness, **warm,
                                                              "samples_per_harness": samples, "sft_steps": steps,
                                                              "demonstrations": len(demos), "skipped": skipped,
-                                                             "tasks": sorted(t.name for t in tasks)}, indent=1))
+                                                             "tasks": sorted(t.name for t in tasks),
+                                                             "over_max_tokens": over}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log(f"  agentic base ready in {time.time() - t0:.0f} s: {path}")

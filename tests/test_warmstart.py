@@ -192,6 +192,14 @@ def test_the_warm_start_never_demonstrates_a_held_out_task(tmp_path, lfm3, monke
     assert warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-city-02"], **kw) != path     # another split
     with pytest.raises(ValueError, match="no warm-up task"):
         warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-city-02", "files-config-02", "files-top-02"], **kw)
+    # a step over max_tokens: the oracle refuses it (a model under that cap could not write it), and the warm start
+    # says which tasks went undemonstrated (files-city-02 reads its file in 40 tokens, files-config-02 in 38)
+    lines.clear()
+    short = warmstart.agentic_base(lfm3, "mini", warm, held_out=["files-top-02"], **{**kw, "max_tokens": 39})
+    made = json.loads((short / "warm_start.json").read_text())
+    assert made["over_max_tokens"] == ["files-city-02"] and made["demonstrations"] == 1, made
+    assert any("1 warm-up task(s) not demonstrated: a step of theirs takes up to 40 tokens, max_tokens is 39 "
+               "(files-city-02)" in x for x in lines), lines
 
 
 @pytest.mark.integration
