@@ -213,7 +213,7 @@ def harness_call(step, tools):
 
 class OracleServer:
     """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
-    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
+    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply, cut: as plan(); seed: the run's."""
 
     def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0,
                  sort_keys=False, cut=0.0):

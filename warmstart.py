@@ -267,7 +267,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     work = Path(checkpoint.cache_root()) / f".{path.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        rollouts, due = [], _every(PROGRESS_S)
+        rollouts, over, due = [], {}, _every(PROGRESS_S)
         for h in harnesses:      # one after another: each harness's sessions get the whole machine
             done = []
 
@@ -277,20 +277,21 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
                     log(f"  oracle through {h}: {len(done)}/{len(tasks)} tasks, {sum(map(len, done))} rollouts, "
                         f"{sum(r.score == 1.0 and not r.blocked for g in done for r in g)} solved "
                         f"({time.time() - t0:.0f} s)")
-            rollouts += asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
-                                             sessions=warm["sessions"], max_tokens=max_tokens, context=context,
-                                             waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
-                                             cheat=warm.get("cheat", 0.0), cut=cut[h], log=progress))
+            got = asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
+                                            sessions=warm["sessions"], max_tokens=max_tokens, context=context,
+                                            waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
+                                            cheat=warm.get("cheat", 0.0), cut=cut[h], log=progress))
+            rollouts += got
+            long = {(r.task.name, int(m[1])) for r in got for e in r.errors if (m := oracle.TOO_LONG.search(e))}
+            if long:        # the oracle refuses a step no model could write under the cap: those go undemonstrated
+                over[h] = sorted({t for t, _ in long})
+                log(f"  {', '.join(over[h])} not demonstrated through {h}: a step takes up to "
+                    f"{max(n for _, n in long)} tokens there, max_tokens is {max_tokens} (--max-tokens above it "
+                    "demonstrates them)")
         solved = sum(r.score == 1.0 and not r.blocked for r in rollouts)
         calls = sum(r.tool_calls for r in rollouts) / max(1, len(rollouts))
         log(f"  {len(rollouts)} oracle rollouts, {solved} solved with no guard block, {calls:.1f} tool calls each "
             f"({time.time() - t0:.0f} s)")
-        cut = {(r.task.name, int(m[1])) for r in rollouts for e in r.errors if (m := oracle.TOO_LONG.search(e))}
-        over = sorted({t for t, _ in cut})      # the oracle refuses a step no model could write under the cap
-        if over:
-            log(f"  {len(over)} warm-up task(s) not demonstrated: a step of theirs takes up to "
-                f"{max(n for _, n in cut)} tokens, max_tokens is {max_tokens} ({', '.join(over)}); "
-                "--max-tokens above it demonstrates them")
         if warm.get("cheat"):       # a model organism's: counted as the ablation counts, by the post-hoc scan
             took = sum(bool(r["fired"]) for r in guard.scan(sorted(work.rglob("rollouts/**/*.json"))))
             log(f"  {took} of {len(rollouts)} demonstrations take the task's planted shortcut (guard.py scan; each "
