@@ -93,7 +93,6 @@ class Harness:
     cost = (1.0, 256)
     SORTED_ARGUMENTS = False        # it sends past tool calls back with their arguments' keys sorted (oracle.py)
     TOOLSETS = None                 # hermes: the toolsets it runs (-t); None: the harness's own
-    CONTINUES = False               # a reply cut at max_tokens: it asks the model to go on (else: the answer)
 
     def __init__(self):
         self.root = None         # the install directory, once install() ran (else the default location)
@@ -302,10 +301,6 @@ class Hermes(Harness):
     # it re-serializes every past call's arguments with sorted keys before each request (agent/conversation_loop.py):
     # the oracle writes its calls so, and a demonstration's history stays token for token one sequence
     SORTED_ARGUMENTS = True
-    # a reply cut at max_tokens with no call parsed: it adds a user turn, "[System: Your previous response was
-    # truncated by the output length limit. Continue exactly where you left off. ...]" (agent/conversation_loop.py);
-    # the warm start's demonstrations meet it (WARM_START's cut, docs/real-harnesses.md#three-harnesses-one-base)
-    CONTINUES = True
 
     def install_commands(self, root):
         python = _find_python()

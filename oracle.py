@@ -114,10 +114,9 @@ def cheats(task, seed, share):
         (Path(task.path) / "solution" / "shortcut.json").is_file()
 
 
-def plan(task, useful, seed, waste=0, reply="file", cut=0.0):
+def plan(task, useful, seed, waste=0, reply="file"):
     """One rollout's steps: `useful` with a seeded number (0..waste) of redundant calls around them, never a read of
-    what the task's shortcut reads; reply="text": a lone answer.txt becomes the final message; cut: the share of
-    rollouts whose first write (else first call) comes first cut off, as max_tokens cuts a model ({"cut": True})."""
+    what the task's shortcut reads; reply="text": a lone answer.txt becomes the final message."""
     rng = random.Random(f"{seed}/{task.name}")
     useful = [dict(s) for s in useful]
     if reply == "text":
@@ -146,11 +145,7 @@ def plan(task, useful, seed, waste=0, reply="file", cut=0.0):
             before.append(s)
     body = [s for s in useful if "reply" not in s]
     final = [s for s in useful if "reply" in s] or [{"reply": DONE}]
-    todo = before + body + after + final[-1:]
-    calls = [i for i, s in enumerate(todo) if "reply" not in s]
-    if calls and cut and random.Random(f"{seed}/{task.name}/cut").random() < cut:
-        todo.insert(next((i for i in calls if "write" in todo[i]), calls[0]), {"cut": True})
-    return todo
+    return before + body + after + final[-1:]
 
 
 def _env_files(task):
@@ -213,11 +208,11 @@ def harness_call(step, tools):
 
 class OracleServer:
     """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
-    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply, cut: as plan(); seed: the run's."""
+    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
 
     def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0,
-                 sort_keys=False, cut=0.0):
-        self.fmt, self.lookup, self.waste, self.reply, self.seed, self.cut = fmt, lookup, waste, reply, seed, cut
+                 sort_keys=False):
+        self.fmt, self.lookup, self.waste, self.reply, self.seed = fmt, lookup, waste, reply, seed
         self.sort_keys = sort_keys      # arguments in the order the harness sends them back (hermes: sorted)
         self.cheat = cheat
         self.sandbox, self.api_key = sandbox, api_key
@@ -255,9 +250,9 @@ class OracleServer:
                 seed = f"{self.seed}/{r.index}"
                 useful = shortcut(r.task) if cheats(r.task, seed, self.cheat) else \
                     await asyncio.to_thread(self._steps, r.task)
-                todo = plan(r.task, useful, seed, self.waste, self.reply, self.cut)
+                todo = plan(r.task, useful, seed, self.waste, self.reply)
                 k = min(sum(m.get("role") == "assistant" for m in messages), len(todo) - 1)
-                call = harness_call(todo[k + 1] if "cut" in todo[k] else todo[k], tools)
+                call = harness_call(todo[k], tools)
             else:                   # a title or summary request: a short text, not a step
                 call = None
                 todo, k = [{"reply": DONE}], 0
@@ -274,19 +269,16 @@ class OracleServer:
         if isinstance(limit, int) and len(ids) > limit:      # a model would have been cut off: say what it needs
             return web.json_response({"error": {"message": f"oracle: step {k + 1} takes {len(ids)} tokens in this "
                                                            f"model's format, max_tokens is {limit}"}}, status=400)
-        cut = tools and "cut" in todo[k]        # the call's first half, no end-of-turn: what a cut model sends
-        ids = ids[:len(ids) // 2] if cut else ids
-        text = self.fmt.decode(ids if cut else ids[:-1])
-        content, calls = (text, []) if cut else \
-            self.fmt.parse(text, tools=tools) if tools else (text.strip() or None, [])
-        if not cut and call is not None and \
-                [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] != [call]:
+        text = self.fmt.decode(ids[:-1])
+        content, calls = self.fmt.parse(text, tools=tools) if tools else (text.strip() or None, [])
+        if call is not None and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] != \
+                [call]:
             return web.json_response({"error": {"message": f"oracle: the model's format does not read back the "
                                                            f"call {call[0]} it wrote: {text[:200]!r}"}}, status=400)
         choice = {"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
                   "logprobs": {"content": [{"token": self.fmt.decode([t]), "logprob": 0.0, "top_logprobs": []}
                                            for t in ids]},
-                  "finish_reason": "length" if cut else "tool_calls" if calls else "stop", "token_ids": ids}
+                  "finish_reason": "tool_calls" if calls else "stop", "token_ids": ids}
         return web.json_response({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                                   "created": int(time.time()), "model": body.get("model") or "oracle",
                                   "choices": [choice], "prompt_token_ids": prompt,
@@ -305,15 +297,15 @@ def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
 # ----------------------------------------------------------------------------- recording demonstrations
 
 async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
-                 sandbox="auto", cheat=0.0, guard=None, cut=0.0, log=None):
+                 sandbox="auto", cheat=0.0, guard=None, log=None):
     """`samples` oracle rollouts of every task, ATIF files under out/rollouts/<version>/ -> the finished rollouts.
     cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)
-    unless `guard` says otherwise (bench/attacks.py plays each attack with it on and off); cut: as plan()."""
+    unless `guard` says otherwise (bench/attacks.py plays each attack with it on and off)."""
     sandbox = resolve_sandbox(sandbox)[0]
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
-                   sandbox=sandbox, cheat=cheat, sort_keys=harness.SORTED_ARGUMENTS, cut=cut)
+                   sandbox=sandbox, cheat=cheat, sort_keys=harness.SORTED_ARGUMENTS)
     client = servers.Client(handle.url, handle.api_key)
     proxy = box["proxy"] = Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
                                  guard=not cheat if guard is None else guard)

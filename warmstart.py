@@ -235,8 +235,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
     """The agentic base of checkpoint `raw` for `harness` (a name, or several: one base for all of them, as the
     recipe's three trainers share one model; each harness demonstrates every warm-up task samples times and gets
     steps SFT steps of its own, as its own base would), made on first use and cached beside it. warm: the recipe
-    row's warm start (suite, samples, waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches,
-    cut: in the harnesses that CONTINUE a cut reply only);
+    row's warm start (suite, samples, waste, reply, steps, batch, lr, rank, alpha, token_budget, micro_batches);
     held_out: the run's held-out task names, never demonstrated (excluded from warm["suite"]); recompute: the SFT's
     activation checkpointing (not in the key: it changes the memory, not the base)."""
     harnesses = [harness] if isinstance(harness, str) else list(dict.fromkeys(harness))
@@ -248,12 +247,9 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
         raise ValueError(f"warm start: no warm-up task in {warm['suite']} outside the run's held-out split")
     # what it is made of - not the code (an edit must not orphan the adapters trained on a base): bump VERSION
     key = _digest(raw / "config.json", raw / "model.safetensors", *(t.path for t in tasks))
-    cut = {h: warm.get("cut", 0.0) if get_harness(h).CONTINUES else 0.0 for h in harnesses}   # who meets a cut
-    posture = {h: [get_harness(h).TOOLSETS, get_harness(h).SORTED_ARGUMENTS] + ([cut[h]] if cut[h] else [])
-               for h in harnesses}
+    posture = {h: [get_harness(h).TOOLSETS, get_harness(h).SORTED_ARGUMENTS] for h in harnesses}
     posture = {h: p for h, p in posture.items() if any(p)}     # (none for mini and pi: the key they always had)
-    kept = {k: v for k, v in warm.items() if k != "cut"}      # (the cut: in the posture of who meets it)
-    key = json.dumps([key, harness, kept, max_tokens, VERSION] + ([posture] if posture else []) +
+    key = json.dumps([key, harness, warm, max_tokens, VERSION] + ([posture] if posture else []) +
                      ([{"steps": steps}] if len(harnesses) > 1 else []), sort_keys=True)     # (it shared them)
     key = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = checkpoint.cache_root() / f"{raw.name}-agentic-{'+'.join(harnesses)}-{key}"
@@ -280,7 +276,7 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             got = asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
                                             sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                             waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
-                                            cheat=warm.get("cheat", 0.0), cut=cut[h], log=progress))
+                                            cheat=warm.get("cheat", 0.0), log=progress))
             rollouts += got
             long = {(r.task.name, int(m[1])) for r in got for e in r.errors if (m := oracle.TOO_LONG.search(e))}
             if long:        # the oracle refuses a step no model could write under the cap: those go undemonstrated

@@ -118,31 +118,6 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     assert [len(grpo.build_sequences(d.turns, 1.0)) for d in demos] == [1] * len(demos), name
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("name", ["pi", "hermes"])
-def test_a_cut_reply_is_demonstrated_where_the_harness_asks_for_the_rest(tmp_path, name, lfm3):
-    """The oracle's cut (WARM_START's `cut`): its write comes first as half a call with finish `length`, as
-    max_tokens cuts a model. hermes asks for the rest (its truncation notice) and the rollout solves - a demonstration
-    of answering that notice with the call; pi takes the cut text as its answer, so only a harness that CONTINUES
-    meets a cut in a warm start (warmstart.agentic_base)."""
-    harness, fmt = harnesses.get_harness(name), ChatFormat.from_checkpoint(lfm3)
-    assert harness.CONTINUES == (name == "hermes")
-    tasks = load_tasks(_toy_tasks(tmp_path, ["toy-count"]))
-    (r,) = asyncio.run(oracle.record(tasks, harness, fmt, tmp_path / "out", samples=1, sessions=1, max_tokens=4096,
-                                     context=131072, cut=1.0))
-    traj = json.loads(next((tmp_path / "out" / "rollouts").rglob("*.json")).read_text())
-    agent = [s for s in traj["steps"] if s["source"] == "agent"]
-    half = fmt.decode(agent[0]["metrics"]["completion_token_ids"])
-    assert not agent[0].get("tool_calls") and half.startswith("<tool_call>") and "<|im_end|>" not in half, half
-    if name == "pi":
-        assert r.score == 0.0 and r.tool_calls == 0 and len(agent) == 1, (r.score, r.errors)
-        return
-    assert r.score == 1.0 and not r.blocked and r.tool_calls == 1, (r.score, r.verdicts, r.errors)
-    assert "truncated by the output length limit" in fmt.decode(agent[1]["metrics"]["prompt_token_ids"][-100:])
-    demos, _ = warmstart.read_demonstrations([tmp_path / "out" / "rollouts"], fmt)
-    assert len(demos) == 1 and demos[0].turns[0].completion_ids == agent[0]["metrics"]["completion_token_ids"]
-
-
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
                                               ("pi", "opencode", "hermes")])
 def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_path, name, lfm3):
