@@ -37,8 +37,8 @@ SHARED = dict(
     kv_cache=0.0,                       # GiB of K/V for the embedded server's decode batch (0: engine.kv_budget)
 )
 # Warm starts (warmstart.py; how each number was chosen: docs/warm-start.md): oracle demonstrations through the run's
-# harness, SFT of a LoRA, merged: the cached agentic base. tiny: the warm-up tasks (never a toy task), `waste` wasted
-# calls before the oracle's own; SmolLM2: its training split.
+# harness, SFT of a LoRA, merged: the cached agentic base. tiny: the warm-up tasks (never a toy task), up to `waste`
+# wasted calls around the oracle's own (oracle.plan); SmolLM2: its training split.
 WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
                   token_budget=131072, micro_batches=2)  # rows of 65 536: hermes' ~28 000-token prompt + 8 branches
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
