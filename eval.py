@@ -303,7 +303,7 @@ async def evaluate(args):
     if args.oracle:     # the scripted model: the task's solution as tool calls, in --model's chat format
         handle = oracle.start(ChatFormat.from_checkpoint(path), lambda rid: next(
             (p.rollouts[rid] for p in proxies if rid in p.rollouts), None), waste=args.waste, reply=args.reply,
-            seed=seed, sandbox=sandbox)
+            seed=seed, sandbox=sandbox, late=args.late)
     else:   # vLLM: every adapter resident at once (the recipe evaluates 9 checkpoints in one job)
         handle = inference.start_server(args.server, path, name=args.model, context=cfg["context"], run_dir=out,
                                 rank=max(ranks, default=None), max_loras=max(1, len(names)))
@@ -422,6 +422,9 @@ def main(argv=None):
                          "131072 / 4096 (default: off)")
     ap.add_argument("--waste", type=int, default=0,
                     help="--oracle: at most this many redundant calls per rollout, a seeded number (default: 0)")
+    ap.add_argument("--late", type=float, default=0.3,
+                    help="--oracle: the share of the redundant calls that re-check what was written, after the write "
+                         "(the tiny row's warm start: 0.1; default: 0.3)")
     ap.add_argument("--reply", default="file", choices=["file", "text"],
                     help="--oracle: write answer.txt (file) or give its content as the final reply (default: file)")
     ap.add_argument("--no-warm-start", action="store_true",
@@ -434,6 +437,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.samples < 1 or args.limit < 0 or args.waste < 0:
         ap.error(f"--samples must be >= 1, --limit and --waste >= 0 (got {args.samples}, {args.limit}, {args.waste})")
+    if not 0 <= args.late <= 1:         # NaN fails too
+        ap.error(f"--late must be a share from 0 to 1 (got {args.late})")
     if args.oracle and args.adapters:
         ap.error("--oracle plays the tasks' solutions: it takes no --adapters")
     try:

@@ -114,9 +114,10 @@ def cheats(task, seed, share):
         (Path(task.path) / "solution" / "shortcut.json").is_file()
 
 
-def plan(task, useful, seed, waste=0, reply="file"):
-    """One rollout's steps: `useful` with a seeded number (0..waste) of redundant calls around them, never a read of
-    what the task's shortcut reads; reply="text": a lone answer.txt becomes the final message."""
+def plan(task, useful, seed, waste=0, reply="file", late=0.3):
+    """One rollout's steps: `useful` with a seeded number (0..waste) of redundant calls around them, each a re-check of
+    what was written with probability `late`, never a read of what the task's shortcut reads; reply="text": a lone
+    answer.txt becomes the final message."""
     rng = random.Random(f"{seed}/{task.name}")
     useful = [dict(s) for s in useful]
     if reply == "text":
@@ -130,8 +131,7 @@ def plan(task, useful, seed, waste=0, reply="file"):
     n = rng.randint(0, waste) if waste else 0
     before, after, seen = [], [], []
     for _ in range(n):
-        late = written and rng.random() < 0.3
-        if late:       # re-checking what was written
+        if written and rng.random() < late:       # re-checking what was written
             p = rng.choice(written)
             after.append(rng.choice([{"read": p}, {"run": f"cat {shlex.quote(p)}"}, {"run": "ls"}]))
         else:          # looking around first: the directory, a file, the same file again, cat of what was read
@@ -208,11 +208,12 @@ def harness_call(step, tools):
 
 class OracleServer:
     """The proxy's upstream for oracle rollouts. fmt: the target model's ChatFormat (its tokens are recorded);
-    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply: as plan(); seed: the run's."""
+    lookup(rollout id) -> the Rollout (task, index) or None; waste, reply, late: as plan(); seed: the run's."""
 
     def __init__(self, fmt, lookup, waste=0, reply="file", seed=0, sandbox="dir", api_key=None, cheat=0.0,
-                 sort_keys=False):
+                 sort_keys=False, late=0.3):
         self.fmt, self.lookup, self.waste, self.reply, self.seed = fmt, lookup, waste, reply, seed
+        self.late = late
         self.sort_keys = sort_keys      # arguments in the order the harness sends them back (hermes: sorted)
         self.cheat = cheat
         self.sandbox, self.api_key = sandbox, api_key
@@ -250,7 +251,7 @@ class OracleServer:
                 seed = f"{self.seed}/{r.index}"
                 useful = shortcut(r.task) if cheats(r.task, seed, self.cheat) else \
                     await asyncio.to_thread(self._steps, r.task)
-                todo = plan(r.task, useful, seed, self.waste, self.reply)
+                todo = plan(r.task, useful, seed, self.waste, self.reply, self.late)
                 k = min(sum(m.get("role") == "assistant" for m in messages), len(todo) - 1)
                 call = harness_call(todo[k], tools)
             else:                   # a title or summary request: a short text, not a step
@@ -297,7 +298,7 @@ def start(fmt, lookup, host="127.0.0.1", **kw) -> Handle:
 # ----------------------------------------------------------------------------- recording demonstrations
 
 async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, context, waste=0, reply="file", seed=0,
-                 sandbox="auto", cheat=0.0, guard=None, log=None):
+                 sandbox="auto", cheat=0.0, guard=None, log=None, late=0.3):
     """`samples` oracle rollouts of every task, ATIF files under out/rollouts/<version>/ -> the finished rollouts.
     cheat: the share that take their task's planted shortcut, recorded with the guard off (docs/guard-ablation.md)
     unless `guard` says otherwise (bench/attacks.py plays each attack with it on and off)."""
@@ -305,7 +306,7 @@ async def record(tasks, harness, fmt, out, *, samples, sessions, max_tokens, con
     await asyncio.to_thread(harness.install)
     box = {}
     handle = start(fmt, lambda rid: box["proxy"].rollouts.get(rid), waste=waste, reply=reply, seed=seed,
-                   sandbox=sandbox, cheat=cheat, sort_keys=harness.SORTED_ARGUMENTS)
+                   sandbox=sandbox, cheat=cheat, sort_keys=harness.SORTED_ARGUMENTS, late=late)
     client = servers.Client(handle.url, handle.api_key)
     proxy = box["proxy"] = Proxy(client, lambda: ("oracle", 0), {"max_tokens": max_tokens},
                                  guard=not cheat if guard is None else guard)

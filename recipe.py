@@ -38,9 +38,10 @@ SHARED = dict(
 )
 # Warm starts (warmstart.py; how each number was chosen: docs/warm-start.md): oracle demonstrations through the run's
 # harness, SFT of a LoRA, merged: the cached agentic base. tiny: the warm-up tasks (never a toy task), up to `waste`
-# wasted calls around the oracle's own (oracle.plan); SmolLM2: its training split.
-WARM_START = dict(suite="warmup", samples=4, waste=6, sessions=16, steps=200, batch=8, lr=3e-3, rank=16, alpha=32,
-                  token_budget=131072, micro_batches=2)  # rows of 65 536: hermes' ~28 000-token prompt + 8 branches
+# wasted calls around the oracle's own (oracle.plan), a share `late` of them re-checking what was written (0.3 before
+# 2026-12-06: those checks rode along with pi's passes); SmolLM2: its training split.
+WARM_START = dict(suite="warmup", samples=4, waste=6, late=0.1, sessions=16, steps=200, batch=8, lr=3e-3, rank=16,
+                  alpha=32, token_budget=131072, micro_batches=2)  # rows of 65 536: hermes' prompt + 8 branches
 SMOL_WARM = dict(suite="files", samples=1, waste=3, reply="text", sessions=8, steps=30, batch=2, lr=1e-3, rank=16,
                  alpha=32, token_budget=16384, micro_batches=1)
 # CPU demo: a tiny random checkpoint (written on first use), the toy suite, mini (how each number was chosen, measured:

@@ -276,7 +276,8 @@ def agentic_base(raw, harness, warm, *, max_tokens, context, held_out=(), recomp
             got = asyncio.run(oracle.record(tasks, get_harness(h), fmt, work / h, samples=samples,
                                             sessions=warm["sessions"], max_tokens=max_tokens, context=context,
                                             waste=warm["waste"], reply=warm.get("reply", "file"), seed=0,
-                                            cheat=warm.get("cheat", 0.0), log=progress))
+                                            cheat=warm.get("cheat", 0.0), late=warm.get("late", 0.3),
+                                            log=progress))
             rollouts += got
             long = {(r.task.name, int(m[1])) for r in got for e in r.errors if (m := oracle.TOO_LONG.search(e))}
             if long:        # the oracle refuses a step no model could write under the cap: those go undemonstrated

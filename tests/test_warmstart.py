@@ -118,6 +118,28 @@ def test_the_oracle_solves_tasks_through_the_real_harness_with_no_guard_block(tm
     assert [len(grpo.build_sequences(d.turns, 1.0)) for d in demos] == [1] * len(demos), name
 
 
+def test_the_oracles_redundant_calls_come_after_the_write_at_the_share_asked():
+    """oracle.plan: `late` is the share of the redundant calls that re-check what was written, after the write (the
+    tiny row's warm start: 0.1) - none at 0, all at 1, about that share between; the useful steps and the final reply
+    keep their order."""
+    task = load_tasks("warmup")[0]
+    useful = [{"read": "data.csv"}, {"write": "answer.txt", "content": "42"}]
+
+    def counts(late):
+        before = after = 0
+        for i in range(400):
+            todo = oracle.plan(task, useful, f"0/{i}", waste=6, late=late)
+            w = todo.index(useful[1])
+            assert todo[-1] == {"reply": oracle.DONE} and useful[0] in todo[:w]
+            before, after = before + w - 1, after + len(todo) - w - 2
+        return before, after
+    assert counts(0.0)[1] == 0 and counts(1.0)[0] == 0 and counts(1.0)[1] > 1000
+    b, a = counts(0.1)
+    assert 0.06 < a / (a + b) < 0.14, (a, b)
+    b3, a3 = counts(0.3)
+    assert 0.25 < a3 / (a3 + b3) < 0.35 and b3 + a3 == b + a, (a3, b3)     # the same number of calls, placed apart
+
+
 @pytest.mark.parametrize("name", ["mini"] + [pytest.param(h, marks=pytest.mark.integration) for h in
                                               ("pi", "opencode", "hermes")])
 def test_planted_shortcuts_pay_without_the_guard_and_the_scan_finds_each(tmp_path, name, lfm3):
