@@ -212,8 +212,10 @@ def run_split(adapters, seed, model):
                 raise ValueError("no 'eval' list or 'seed', or a 'base' that is not a folder's name")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
-        if c.get("model") not in (None, model):
-            raise ValueError(f"--model {model}: the adapters of {d} trained on --model {c['model']}; give that")
+        ran = {c.get("model"), c.get("recipe")} - {None}       # the row typed, or its checkpoint (tiny-organism: tiny)
+        if ran and model not in ran:
+            raise ValueError(f"--model {model}: the adapters of {d} trained on --model "
+                             f"{c.get('recipe') or c['model']}; give that")
         splits[d] = {**m, "warm_start": c.get("warm_start"), "suite": c.get("suite"),
                      "base": m.get("base"),       # the folder its adapters trained on (train.py records it)
                      "harness": [h.strip().partition(":")[0] for h in str(c.get("harness") or "").split(",")

@@ -370,12 +370,13 @@ def test_eval_reads_the_base_a_runs_split_records_and_refuses_a_bad_or_mixed_one
     manifest = tasks.split_manifest(tasks.load_tasks("toy"), HOLDOUT, 0)
     runs = {}
     for name, base in (("a", "/x/tiny-lfm3-agentic-pi-1"), ("b", "/x/tiny-lfm3-agentic-pi-2"), ("c", 5), ("d", None),
-                       ("e", "/y/tiny-lfm3-agentic-pi-1"), ("f", None)):
+                       ("e", "/y/tiny-lfm3-agentic-pi-1"), ("f", None), ("g", None)):
         run = tmp_path / name
         (run / "adapters" / "pi-v1").mkdir(parents=True)
         (run / "split.json").write_text(json.dumps({**manifest, **({"base": base} if base else {})}))
         (run / "config.json").write_text(json.dumps({"suite": "toy", "warm_start": None, "harness": "pi",
-                                                     "model": "tiny-lfm2" if name == "f" else "tiny"}))
+                                                     "model": "tiny-lfm2" if name == "f" else "tiny",
+                                                     **({"recipe": "tiny-organism"} if name == "g" else {})}))
         runs[name] = str(run / "adapters" / "pi-v1")
     assert eval.run_split([runs["a"]], None, "tiny")["base"] == "/x/tiny-lfm3-agentic-pi-1"
     assert eval.run_split([runs["a"], runs["d"]], None, "tiny")["base"] == "/x/tiny-lfm3-agentic-pi-1"   # d: none
@@ -388,6 +389,9 @@ def test_eval_reads_the_base_a_runs_split_records_and_refuses_a_bad_or_mixed_one
     with pytest.raises(ValueError, match=re.escape(f"--model tiny: the adapters of {tmp_path / 'f'} trained on "
                                                    "--model tiny-lfm2")):
         eval.run_split([runs["f"]], None, "tiny")
+    assert eval.run_split([runs["g"]], None, "tiny-organism")      # a row on another's checkpoint: its own name
+    with pytest.raises(ValueError, match="trained on --model tiny-organism; give that"):
+        eval.run_split([runs["g"]], None, "tiny-lfm2")
 
 
 def test_eval_mean_interval_is_the_normal_interval_of_the_mean():
