@@ -212,7 +212,7 @@ def run_split(adapters, seed, model):
                 raise ValueError("no 'eval' list or 'seed', or a 'base' that is not a folder's name")
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'split.json'}: not a run's split ({e})") from None
-        ran = {c.get("model"), c.get("recipe")} - {None}       # the row typed, or its checkpoint (tiny-organism: tiny)
+        ran = [x for x in (c.get("model"), c.get("recipe")) if x is not None]     # a row, its checkpoint (organism: tiny)
         if ran and model not in ran:
             raise ValueError(f"--model {model}: the adapters of {d} trained on --model "
                              f"{c.get('recipe') or c['model']}; give that")
