@@ -76,8 +76,9 @@ def _dying(pid):
 
 
 def lock(run_dir):
-    """Hold run_dir until this process exits, kill -9 included (an flock on run_dir/.lock). Raises ResumeError if
-    another process holds it: two writers would interleave metrics lines and checkpoints."""
+    """Hold run_dir until this process exits, kill -9 included (a POSIX lock on run_dir/.lock: this process's
+    own, so a child forked but not yet exec'd - or stuck there - never keeps it). Raises ResumeError if another
+    process holds it: two writers would interleave metrics lines and checkpoints."""
     try:
         f = open(Path(run_dir) / ".lock", "a+")
     except OSError as e:         # a read-only run dir
@@ -85,7 +86,7 @@ def lock(run_dir):
     deadline = time.monotonic() + 15
     while True:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except OSError:
             f.seek(0)

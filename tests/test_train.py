@@ -123,6 +123,37 @@ def test_a_second_train_py_on_a_live_run_is_refused_and_touches_nothing(killed_r
     assert fresh.returncode != 0 and "is in use" in fresh.stderr and killed_run["config_after_refusals"]
 
 
+def test_a_run_is_free_once_its_writer_exits_whatever_it_forked(tmp_path):
+    """The run lock is the train.py process's own: a child it forked that has not exec'd (or hangs before exec: a
+    new session, no death signal yet, so a kill -9 of the run's group misses it) does not keep the run from a
+    --resume. An flock would be shared with the fork and refuse the resume for as long as the child lives."""
+    code = ("import os, sys, time; sys.path.insert(0, sys.argv[2]); import rundir; held = rundir.lock(sys.argv[1])\n"
+            "r, w = os.pipe()\n"
+            "if (pid := os.fork()) == 0:\n"
+            "    os.close(r); os.setsid(); [os.dup2(os.open(os.devnull, os.O_WRONLY), i) for i in (1, 2)]\n"
+            "    os.write(w, b'x'); time.sleep(60); os._exit(0)\n"
+            "os.read(r, 1); print(pid, flush=True)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    child = int(p.stdout)
+    try:
+        assert _holds(Path(f"/proc/{child}"), tmp_path / ".lock"), "the forked child holds the lock file open"
+        started = time.time()
+        f = rundir.lock(tmp_path)
+        assert time.time() - started < 5 and (tmp_path / ".lock").read_text() == str(os.getpid())
+        f.close()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def _holds(proc, path):
+    try:
+        return any(os.readlink(fd) == str(path) for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
+
+
 def test_two_trainers_killed_mid_run_resume_with_every_step_once(killed_run):
     run, out = killed_run["run"], killed_run["resume_out"]
     assert killed_run["before"]
